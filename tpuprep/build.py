@@ -1,0 +1,211 @@
+"""Orchestrating a build: discover inputs, convert each file, merge shards, write the manifest.
+
+Phase 1 runs one task per input file (convert + write part files + a JSON sidecar), on whichever
+runner the options select; a bad file becomes a quarantine record and the batch goes on. Phase 2
+merges the parts of each (collection, split) into shards, in graph-id order. Last come
+``quarantine.jsonl``, the dataset card and ``manifest.json``. The staging folder ``<dst>/.tpuprep``
+holds the finished parts, so ``--resume`` after a crash redoes only unfinished files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .convert import BuildOptions, convert_file
+from .errors import BadInput, UsageError
+from .inputs import InputFile, discover
+from .manifest import MANIFEST, QUARANTINE, build_manifest, write_json_atomic
+from .npz import sha256_file
+from .shards import PartFiles, merge_parts, write_parts
+
+STAGING = ".tpuprep"
+OUTPUT_ENTRIES = (MANIFEST, QUARANTINE, "README.md", "layout", "tile", STAGING)
+
+Progress = Callable[[str, dict], None]
+
+
+@dataclass
+class BuildReport:
+    """What a build did: the manifest it wrote and the per-file records."""
+
+    manifest: dict
+    records: list[dict] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def quarantined(self) -> list[dict]:
+        return [r for r in self.records if r["status"] != "ok"]
+
+
+def _sidecar(staging: Path, inp: InputFile) -> Path:
+    return staging / "parts" / (inp.relpath[: -len(".npz")] + ".json")
+
+
+def process_file(inp: InputFile, opts: BuildOptions, staging: str) -> dict:
+    """The per-file task: convert, write parts and sidecar; returns a small record (no arrays)."""
+    staging_path = Path(staging)
+    record: dict = {"path": inp.relpath, "graph_id": inp.graph_id, "collection": inp.collection,
+                    "kind": inp.kind, "split": inp.split, "bytes": inp.size,
+                    "mtime_ns": inp.path.stat().st_mtime_ns, "options": opts.fingerprint()}
+    try:
+        record["sha256"] = sha256_file(inp.path)
+        g = convert_file(inp, opts, record["sha256"])
+        parts = write_parts(g, staging_path, opts.row_group_bytes, opts.compression_level)
+        record |= {
+            "status": "ok", "warnings": list(g.warnings), "parts": parts.__dict__,
+            "moments": g.feature_moments(),
+            "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
+                       "nodes_before": g.num_nodes_original, "nodes_after": len(g.node_index),
+                       "edges_before": g.num_edges_original, "edges_after": len(g.edge_index),
+                       "bytes_in": inp.size, "anomalies": g.num_repad_anomalies},
+        }
+    except BadInput as exc:
+        record |= {"status": "quarantined", "key": exc.key, "error": exc.problem}
+    except (MemoryError, OSError, ValueError, IndexError, TypeError, KeyError) as exc:
+        # not foreseen by validation: still one line about this file, and the batch goes on
+        record |= {"status": "quarantined", "key": None,
+                   "error": f"{type(exc).__name__}: {exc}",
+                   "traceback": traceback.format_exc(limit=8)}
+    sidecar = _sidecar(staging_path, inp)
+    sidecar.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(sidecar, record)
+    return record
+
+
+def merge_task(kind: str, collection: str, split: str, parts: list[tuple[str, dict]], staging: str,
+               dst: str, opts: BuildOptions) -> list[dict]:
+    """Merge one (collection, split); returns shard records."""
+    infos = merge_parts(kind, collection, split, [(gid, PartFiles(**p)) for gid, p in parts],
+                        Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
+                        row_group_bytes=opts.row_group_bytes, compression_level=opts.compression_level)
+    return [i.__dict__ for i in infos]
+
+
+def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
+    if dst.exists() and not dst.is_dir():
+        raise UsageError(f"--dst {dst} exists and is not a folder")
+    entries = list(dst.iterdir()) if dst.exists() else []
+    if entries and not (resume or overwrite):
+        raise UsageError(f"--dst {dst} is not empty; pass --resume to finish an interrupted build "
+                         "or --overwrite to replace it")
+    if overwrite:
+        foreign = [e.name for e in entries if e.name not in OUTPUT_ENTRIES]
+        if foreign:
+            raise UsageError(f"--dst {dst} holds files tpuprep did not write ({', '.join(sorted(foreign)[:5])}); "
+                             "refusing to overwrite")
+        for e in entries:
+            shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
+    elif resume:
+        for name in (MANIFEST, QUARANTINE, "README.md"):
+            (dst / name).unlink(missing_ok=True)
+    dst.mkdir(parents=True, exist_ok=True)
+
+
+def _reusable(inp: InputFile, opts: BuildOptions, staging: Path) -> dict | None:
+    sidecar = _sidecar(staging, inp)
+    try:
+        record = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return None
+    stat = inp.path.stat()
+    if (record.get("options") != opts.fingerprint() or record.get("bytes") != stat.st_size
+            or record.get("mtime_ns") != stat.st_mtime_ns):
+        return None
+    if record["status"] == "ok" and not all((staging / record["parts"][k]).exists() for k in ("graphs", "configs")):
+        return None
+    return record
+
+
+def _refused_record(exc: BadInput, src: Path) -> dict:
+    path = Path(exc.path) if exc.path else src
+    try:
+        rel = path.relative_to(src).as_posix()
+    except ValueError:
+        rel = str(path)
+    size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
+            "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
+
+
+def build(
+    src: str | Path,
+    dst: str | Path,
+    opts: BuildOptions | None = None,
+    *,
+    collections: list[str] | None = None,
+    splits: list[str] | None = None,
+    runner=None,
+    resume: bool = False,
+    overwrite: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> BuildReport:
+    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5)."""
+    from .card import write_card
+    from .executors import SerialRunner
+
+    opts = opts or BuildOptions()
+    src, dst = Path(src).resolve(), Path(dst).resolve()
+    notify = progress or (lambda event, info: None)
+    inputs, refused = discover(src, collections, splits)
+    refused_records = [_refused_record(e, src) for e in refused]
+    notify("discovered", {"inputs": inputs, "refused": refused_records})
+    if dry_run:
+        return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
+    if not inputs and not refused:
+        raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
+                         ".../layout/<xla|nlp>/<default|random>/<split>/)")
+
+    _prepare_destination(dst, resume, overwrite)
+    staging = dst / STAGING
+    staging.mkdir(exist_ok=True)
+    runner = runner or SerialRunner()
+
+    records: dict[str, dict] = {}
+    pending = []
+    for inp in inputs:
+        done = _reusable(inp, opts, staging) if resume else None
+        if done is not None:
+            records[inp.relpath] = done
+            notify("file", done)
+        else:
+            pending.append(inp)
+    futures = {runner.submit(process_file, inp, opts, str(staging)): inp for inp in pending}
+    for fut in runner.as_completed(futures):
+        record = fut.result()
+        records[record["path"]] = record
+        notify("file", record)
+
+    groups: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
+    for r in sorted(records.values(), key=lambda r: r["graph_id"]):
+        if r["status"] == "ok":
+            groups.setdefault((r["kind"], r["collection"], r["split"]), []).append((r["graph_id"], r["parts"]))
+    for kind in ("layout", "tile"):  # outputs of a previous build that this one does not produce
+        if (dst / kind).exists():
+            shutil.rmtree(dst / kind)
+    merges = [runner.submit(merge_task, kind, coll, split, parts, str(staging), str(dst), opts)
+              for (kind, coll, split), parts in sorted(groups.items())]
+    shards: list[dict] = []
+    for fut in runner.as_completed(merges):
+        shards.extend(fut.result())
+        notify("merged", {})
+    shards.sort(key=lambda s: s["path"])
+
+    all_records = sorted([*records.values(), *refused_records], key=lambda r: r["path"])
+    manifest = build_manifest(opts, all_records, shards)
+    with open(dst / f".{QUARANTINE}.tmp", "w") as fh:
+        for q in manifest["quarantine"]:
+            fh.write(json.dumps(q, sort_keys=True) + "\n")
+    os.replace(dst / f".{QUARANTINE}.tmp", dst / QUARANTINE)
+    write_card(dst, manifest)
+    write_json_atomic(dst / MANIFEST, manifest)
+    shutil.rmtree(staging, ignore_errors=True)
+    return BuildReport(manifest, all_records)

@@ -1,0 +1,172 @@
+"""Converting one input file: validated arrays in, pruned / re-padded / deduplicated arrays out.
+
+This is the per-file unit of work of a build. It streams ``node_config_feat`` in row chunks of
+about ``chunk_bytes`` inflated bytes, packing each chunk to base-7 codes and feeding the
+deduplicator, so the float32 config array is never held whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import kernels
+from .inputs import InputFile, read_graph
+from .npz import NpzFile
+
+FEATURE_STATS_COLUMNS = 134
+"""node_feat columns covered by the build-time feature statistics (0..133, i.e. all but the layout)."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a build does to each file; recorded in the manifest, part of the resume fingerprint."""
+
+    hops: int = 1
+    prune: bool = True
+    repad: bool = True
+    dedup: bool = True
+    folds: int = 5
+    compression_level: int = 3
+    chunk_bytes: int = 32 << 20
+    row_group_bytes: int = 128 << 20
+    shard_bytes: int = 1 << 30
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        text = ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class ConvertedGraph:
+    """Everything the shards hold for one graph (see schemas/*.json for the meaning of each array)."""
+
+    inp: InputFile
+    sha256: str
+    fold: int
+    num_nodes_original: int
+    num_edges_original: int
+    node_index: np.ndarray  # (n',) int32
+    node_feat: np.ndarray  # (n', 140) float32
+    node_opcode: np.ndarray  # (n',) uint8
+    edge_index: np.ndarray  # (m', 2) int32
+    num_repad_anomalies: int
+    config_inverse: np.ndarray  # (c,) int32
+    runtime_original: np.ndarray | None  # (c,) int64, None on test
+    group_size: np.ndarray  # (c_u,) int32
+    first_index: np.ndarray  # (c_u,) int32
+    runtime: np.ndarray | None  # (c_u,) int64, None on test
+    node_config_ids: np.ndarray | None = None  # (nc,) int32, layout
+    node_splits: np.ndarray | None = None  # (s,) int32, layout
+    codes: np.ndarray | None = None  # (c_u, nc, 3) int32, layout
+    config_feat: np.ndarray | None = None  # (c_u, 24) float32, tile
+    normalizer: np.ndarray | None = None  # (c_u,) int64, tile, None on test
+    normalizer_original: np.ndarray | None = None  # (c,) int64, tile, None on test
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.config_inverse.shape[0])
+
+    @property
+    def num_unique_configs(self) -> int:
+        return int(self.group_size.shape[0])
+
+    def feature_moments(self) -> dict:
+        """count, mean (134,) and M2 (134,) of node_feat[:, :134] in float64, for mergeable statistics."""
+        x = self.node_feat[:, :FEATURE_STATS_COLUMNS].astype(np.float64)
+        mean = x.mean(axis=0) if len(x) else np.zeros(FEATURE_STATS_COLUMNS)
+        m2 = ((x - mean) ** 2).sum(axis=0)
+        return {"count": int(len(x)), "mean": mean.tolist(), "m2": m2.tolist()}
+
+
+def graph_fold(graph_id: str, folds: int) -> int:
+    """Deterministic grouped K-fold id of a graph: sha256 of its id modulo K."""
+    return int.from_bytes(hashlib.sha256(graph_id.encode()).digest()[:8], "big") % max(folds, 1)
+
+
+class _KeepAll:
+    """The ``--no-dedup`` stand-in for ``kernels.Deduplicator``: every row is its own config."""
+
+    def __init__(self, num_rows: int, width: int, *, with_runtime: bool, with_normalizer: bool = False):
+        self.keys = np.empty((num_rows, width), np.int32)
+        self.rt = np.empty(num_rows, np.int64) if with_runtime else None
+        self.nz = np.empty(num_rows, np.int64) if with_normalizer else None
+        self.next = 0
+
+    def add(self, keys, runtime=None, normalizer=None):
+        k = keys.shape[0]
+        self.keys[self.next : self.next + k] = keys.reshape(k, -1)
+        if self.rt is not None:
+            self.rt[self.next : self.next + k] = runtime
+        if self.nz is not None:
+            self.nz[self.next : self.next + k] = normalizer
+        self.next += k
+
+    def finish(self) -> kernels.DedupResult:
+        c = self.keys.shape[0]
+        ids = np.arange(c, dtype=np.int32)
+        return kernels.DedupResult(self.keys, ids, np.ones(c, np.int32), ids.copy(), ids.copy(), self.rt, self.nz)
+
+
+def _rows_per_chunk(row_bytes: int, chunk_bytes: int) -> int:
+    return max(1, chunk_bytes // max(row_bytes, 1))
+
+
+def convert_file(inp: InputFile, opts: BuildOptions, sha256: str) -> ConvertedGraph:
+    """Convert one validated input file. Raises ``BadInput`` naming the file and key on bad input."""
+    with NpzFile(inp.path) as f:
+        g = read_graph(f, inp)
+        labelled = inp.split != "test"
+        n, m = g.node_feat.shape[0], g.edge_index.shape[0]
+
+        if inp.kind == "layout" and opts.prune:
+            kept = kernels.prune_graph(g.edge_index, n, g.node_config_ids, opts.hops)
+        else:
+            kept = kernels.keep_all(g.edge_index, n, g.node_config_ids if g.node_config_ids is not None else np.empty(0, np.int64))
+        node_feat = g.node_feat[kept.node_index]
+        node_opcode = g.node_opcode[kept.node_index]
+        anomalies = 0
+        if opts.repad:
+            node_feat, anomalous = kernels.repad_node_feat(node_feat, node_opcode)
+            anomalies = int(anomalous.sum())
+
+        collector_type = kernels.Deduplicator if opts.dedup else _KeepAll
+        c = g.num_configs
+        runtime = g.config_runtime if labelled else None
+        if inp.kind == "layout":
+            nc = g.node_config_ids.shape[0]
+            dedup = collector_type(c, nc * 3, with_runtime=labelled)
+            member = f.members["node_config_feat"]
+            rows = _rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
+            for start, chunk in f.iter_rows("node_config_feat", rows):
+                codes = kernels.pack_chunk(chunk, first_row=start)
+                k = codes.shape[0]
+                dedup.add(codes.reshape(k, -1), None if runtime is None else runtime[start : start + k])
+            result = dedup.finish()
+            codes = result.keys.reshape(-1, nc, 3)
+            extra = dict(node_config_ids=kept.node_config_ids,
+                         node_splits=kernels.remap_node_splits(g.node_splits, kept.node_index),
+                         codes=codes)
+        else:
+            normalizer = g.config_runtime_normalizers if labelled else None
+            dedup = collector_type(c, 24, with_runtime=labelled, with_normalizer=labelled)
+            dedup.add(kernels.float_keys(g.config_feat), runtime, normalizer)
+            result = dedup.finish()
+            extra = dict(config_feat=np.ascontiguousarray(result.keys).view(np.float32),
+                         normalizer=result.normalizer, normalizer_original=normalizer)
+
+    return ConvertedGraph(
+        inp=inp, sha256=sha256, fold=graph_fold(inp.graph_id, opts.folds),
+        num_nodes_original=n, num_edges_original=m,
+        node_index=kept.node_index, node_feat=node_feat, node_opcode=node_opcode,
+        edge_index=kept.edge_index, num_repad_anomalies=anomalies,
+        config_inverse=result.inverse, runtime_original=runtime,
+        group_size=result.group_size, first_index=result.first_index, runtime=result.runtime,
+        warnings=tuple(g.warnings), **extra,
+    )

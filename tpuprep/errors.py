@@ -1,0 +1,25 @@
+"""Errors that mean "this input file is bad": one clear line naming the file, the key and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class BadInput(ValueError):
+    """An input file cannot be converted. ``str()`` is the one line shown to the user."""
+
+    def __init__(self, path: str | Path | None, key: str | None, problem: str):
+        self.path = str(path) if path is not None else None
+        self.key = key
+        self.problem = problem
+        where = self.path or "<input>"
+        if key:
+            where += f" [{key}]"
+        super().__init__(f"{where}: {problem}")
+
+    def as_record(self) -> dict:
+        return {"file": self.path, "key": self.key, "error": self.problem}
+
+
+class UsageError(Exception):
+    """The command was asked something it cannot do (exit code 2)."""

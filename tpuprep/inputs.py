@@ -1,0 +1,273 @@
+"""Finding TpuGraphs input files and reading one graph's small members, validated (SPEC §7).
+
+The collection and split of a file come from its path: ``.../tile/xla/<split>/<stem>.npz`` or
+``.../layout/<xla|nlp>/<default|random>/<split>/<stem>.npz``. ``--src`` may point at ``npz/``,
+``npz_all/npz``, a collection folder or a split folder. Large ``node_config_feat`` members are not
+read here: ``NpzFile.iter_rows`` streams them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BadInput
+from .npz import Member, NpzFile
+
+SPLITS = ("train", "valid", "test")
+COLLECTIONS = (
+    "layout:nlp:default",
+    "layout:nlp:random",
+    "layout:xla:default",
+    "layout:xla:random",
+    "tile:xla",
+)
+LAYOUT_KEYS = ("edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids",
+               "node_splits", "config_runtime")
+TILE_KEYS = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
+             "config_runtime_normalizers")
+NODE_FEATURES = 140
+LAYOUT_SLOTS = 18
+TILE_CONFIG_FEATURES = 24
+SAFE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,254}")
+# sanity bounds far above the real maxima (n 43,615, nc 3,143, c 100,040): a header that claims more
+# is rejected before anything is allocated
+MAX_NODES = 50_000_000
+MAX_EDGES = 200_000_000
+MAX_CONFIGS = 50_000_000
+MAX_CONFIG_NODES = 1_000_000
+MAX_WHOLE_MEMBER_BYTES = 4 << 30
+DEFLATE_MAX_RATIO = 1100  # DEFLATE cannot exceed ~1032:1
+
+
+@dataclass(frozen=True, order=True)
+class InputFile:
+    """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was."""
+
+    graph_id: str
+    relpath: str
+    path: Path = field(compare=False)
+    kind: str = field(compare=False)  # "layout" | "tile"
+    collection: str = field(compare=False)
+    split: str = field(compare=False)
+    stem: str = field(compare=False)
+    size: int = field(compare=False)
+
+
+def classify(path: Path) -> tuple[str, str, str, str]:
+    """(kind, collection, split, canonical relpath) from a file path; ValueError if it has no such place."""
+    parts = path.parts
+    split = parts[-2] if len(parts) >= 2 else ""
+    if split not in SPLITS:
+        raise ValueError(f"its folder {split!r} is not a split ({', '.join(SPLITS)})")
+    if len(parts) >= 5 and parts[-5] == "layout" and parts[-4] in ("xla", "nlp") and parts[-3] in ("default", "random"):
+        collection = f"layout:{parts[-4]}:{parts[-3]}"
+        return "layout", collection, split, "/".join(parts[-5:])
+    if len(parts) >= 4 and parts[-4] == "tile" and parts[-3] == "xla":
+        return "tile", "tile:xla", split, "/".join(parts[-4:])
+    raise ValueError("the path does not end in tile/xla/<split>/ or layout/<xla|nlp>/<default|random>/<split>/")
+
+
+def _selected(collection: str, wanted: Iterable[str] | None) -> bool:
+    if not wanted:
+        return True
+    return any(collection == w or collection.startswith(w.rstrip(":") + ":") for w in wanted)
+
+
+def discover(
+    src: str | Path,
+    collections: Iterable[str] | None = None,
+    splits: Iterable[str] | None = None,
+) -> tuple[list[InputFile], list[BadInput]]:
+    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, bad names,
+    unknown places, graph-id clashes). Symbolic links are never followed."""
+    root = Path(src).resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(f"--src {src} is not a directory")
+    collections = list(collections or [])
+    splits = set(splits or SPLITS)
+    found: list[InputFile] = []
+    refused: list[BadInput] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        for d in sorted(dirnames):
+            if (here / d).is_symlink():
+                refused.append(BadInput(here / d, None, "is a symbolic link to a folder; not followed"))
+        dirnames.sort()
+        for name in sorted(filenames):
+            if not name.endswith(".npz"):
+                continue
+            path = here / name
+            if path.is_symlink():
+                refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
+                continue
+            try:
+                kind, collection, split, relpath = classify(path)
+            except ValueError as exc:
+                refused.append(BadInput(path, None, f"cannot tell its collection and split: {exc}"))
+                continue
+            if not _selected(collection, collections) or split not in splits:
+                continue
+            stem = name[:-4]
+            if not SAFE_STEM.fullmatch(stem) or stem.endswith("."):
+                refused.append(BadInput(path, None, f"file name {stem!r} is not a safe graph id "
+                                        "(letters, digits and . _ + - only)"))
+                continue
+            found.append(InputFile(f"{collection}:{stem}", relpath, path, kind, collection, split,
+                                   stem, path.stat().st_size))
+    found.sort()
+    unique: list[InputFile] = []
+    for inp in found:
+        if unique and unique[-1].graph_id == inp.graph_id:
+            refused.append(BadInput(inp.path, None, f"graph id {inp.graph_id} clashes with "
+                                    f"{unique[-1].relpath}; graph ids must be unique within a build"))
+            continue
+        unique.append(inp)
+    return unique, refused
+
+
+# --------------------------------------------------------------------------- reading one graph
+
+
+@dataclass
+class GraphArrays:
+    """The small members of one input graph, validated, in canonical dtypes.
+
+    node_feat (n, 140) float32; node_opcode (n,) uint8; edge_index (m, 2) int64;
+    node_config_ids (nc,) int64 and node_splits (s,) int64 (layout, else None);
+    config_runtime (c,) int64 ns; config_feat (c, 24) float32 and config_runtime_normalizers (c,) int64
+    (tile, else None); num_configs c; warnings: non-fatal remarks (e.g. unknown extra keys).
+    """
+
+    node_feat: np.ndarray
+    node_opcode: np.ndarray
+    edge_index: np.ndarray
+    config_runtime: np.ndarray
+    num_configs: int
+    node_config_ids: np.ndarray | None = None
+    node_splits: np.ndarray | None = None
+    config_feat: np.ndarray | None = None
+    config_runtime_normalizers: np.ndarray | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _member(f: NpzFile, key: str) -> Member:
+    return f.members[key]
+
+
+def _check_kind(f: NpzFile, key: str, kinds: str, what: str) -> Member:
+    m = _member(f, key)
+    if m.dtype.kind not in kinds:
+        raise BadInput(f.path, key, f"dtype {m.dtype} is not {what}")
+    return m
+
+
+def _read_small(f: NpzFile, key: str) -> np.ndarray:
+    m = _member(f, key)
+    if m.nbytes > MAX_WHOLE_MEMBER_BYTES:
+        raise BadInput(f.path, key, f"member of {m.nbytes} bytes is implausibly large")
+    return f.read(key)
+
+
+def _check_ratio(f: NpzFile) -> None:
+    for key, m in f.members.items():
+        if m.compress_type and m.file_size > DEFLATE_MAX_RATIO * m.compress_size + (1 << 20):
+            raise BadInput(f.path, key, "declared size is impossible for its compressed size (zip bomb?)")
+
+
+def _as_int(f: NpzFile, key: str, arr: np.ndarray, lo: int, hi: int, dtype) -> np.ndarray:
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        bad = arr[(arr < lo) | (arr > hi)].reshape(-1)[0]
+        raise BadInput(f.path, key, f"value {bad} out of range {lo}..{hi}")
+    return arr.astype(dtype, copy=False)
+
+
+def _finite(f: NpzFile, key: str, arr: np.ndarray) -> np.ndarray:
+    if not np.isfinite(arr).all():
+        idx = np.argwhere(~np.isfinite(arr))[0]
+        raise BadInput(f.path, key, f"non-finite value {arr[tuple(idx)]} at index {tuple(int(i) for i in idx)}")
+    return arr
+
+
+def read_graph(f: NpzFile, inp: InputFile) -> GraphArrays:
+    """Read and validate everything but the big config member of a layout or tile file."""
+    layout = inp.kind == "layout"
+    required = LAYOUT_KEYS if layout else TILE_KEYS
+    missing = [k for k in required if k not in f.members]
+    if missing:
+        raise BadInput(f.path, missing[0], "required key is missing"
+                       + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
+    warnings = [f"unknown key {k!r} ignored" for k in f.members if k not in required]
+    _check_ratio(f)
+
+    nf = _check_kind(f, "node_feat", "f", "floating point")
+    if len(nf.shape) != 2 or nf.shape[1] != NODE_FEATURES:
+        raise BadInput(f.path, "node_feat", f"shape {nf.shape}, expected (n, {NODE_FEATURES})")
+    n = nf.shape[0]
+    if n == 0:
+        raise BadInput(f.path, "node_feat", "the graph has no nodes")
+    if n > MAX_NODES:
+        raise BadInput(f.path, "node_feat", f"{n} nodes is implausibly many")
+    op = _check_kind(f, "node_opcode", "iu", "an integer type")
+    if op.shape != (n,):
+        raise BadInput(f.path, "node_opcode", f"shape {op.shape}, expected ({n},) to match node_feat")
+    ei = _check_kind(f, "edge_index", "iu", "an integer type")
+    if not (len(ei.shape) == 2 and ei.shape[1] == 2) and ei.shape != (0,):
+        raise BadInput(f.path, "edge_index", f"shape {ei.shape}, expected (m, 2)")
+    if ei.shape[0] > MAX_EDGES:
+        raise BadInput(f.path, "edge_index", f"{ei.shape[0]} edges is implausibly many")
+    rt = _check_kind(f, "config_runtime", "iu", "an integer type (runtimes are int64 ns)")
+    if len(rt.shape) != 1:
+        raise BadInput(f.path, "config_runtime", f"shape {rt.shape}, expected (c,)")
+    c = rt.shape[0]
+    if c == 0:
+        raise BadInput(f.path, "config_runtime", "the file has no configurations")
+    if c > MAX_CONFIGS:
+        raise BadInput(f.path, "config_runtime", f"{c} configurations is implausibly many")
+
+    node_feat = _finite(f, "node_feat", _read_small(f, "node_feat").astype(np.float32, copy=False))
+    node_opcode = _as_int(f, "node_opcode", _read_small(f, "node_opcode"), 0, 255, np.uint8)
+    edge_index = _as_int(f, "edge_index", _read_small(f, "edge_index").reshape(-1, 2), 0, n - 1, np.int64)
+    runtime = _as_int(f, "config_runtime", _read_small(f, "config_runtime"), 0, np.iinfo(np.int64).max, np.int64)
+    g = GraphArrays(node_feat, node_opcode, edge_index, runtime, c, warnings=warnings)
+
+    if layout:
+        ncf = _check_kind(f, "node_config_feat", "fiu", "numeric")
+        ids = _check_kind(f, "node_config_ids", "iu", "an integer type")
+        if len(ids.shape) != 1 or ids.shape[0] == 0:
+            raise BadInput(f.path, "node_config_ids", f"shape {ids.shape}, expected (nc,) with nc >= 1")
+        nc = ids.shape[0]
+        if nc > MAX_CONFIG_NODES:
+            raise BadInput(f.path, "node_config_ids", f"{nc} configurable nodes is implausibly many")
+        if ncf.shape != (c, nc, LAYOUT_SLOTS):
+            raise BadInput(f.path, "node_config_feat",
+                           f"shape {ncf.shape}, expected (c, nc, 18) = ({c}, {nc}, 18) from config_runtime and node_config_ids")
+        sp = _check_kind(f, "node_splits", "iu", "an integer type")
+        if len(sp.shape) not in (1, 2) or (len(sp.shape) == 2 and sp.shape[0] != 1):
+            raise BadInput(f.path, "node_splits", f"shape {sp.shape}, expected (1, s) or (s,)")
+        g.node_config_ids = _as_int(f, "node_config_ids", _read_small(f, "node_config_ids"), 0, n - 1, np.int64)
+        if nc > 1 and not (np.diff(g.node_config_ids) > 0).all():
+            i = int(np.argmin(np.diff(g.node_config_ids) > 0))
+            raise BadInput(f.path, "node_config_ids",
+                           f"not strictly increasing at position {i + 1} ({g.node_config_ids[i]} then {g.node_config_ids[i + 1]})")
+        g.node_splits = _as_int(f, "node_splits", _read_small(f, "node_splits").reshape(-1), 0, n, np.int64)
+        if (np.diff(g.node_splits) < 0).any():
+            raise BadInput(f.path, "node_splits", "boundaries are not in ascending order")
+    else:
+        cf = _check_kind(f, "config_feat", "fiu", "numeric")
+        if cf.shape != (c, TILE_CONFIG_FEATURES):
+            raise BadInput(f.path, "config_feat", f"shape {cf.shape}, expected (c, 24) = ({c}, 24)")
+        nz = _check_kind(f, "config_runtime_normalizers", "iu", "an integer type")
+        if nz.shape != (c,):
+            raise BadInput(f.path, "config_runtime_normalizers", f"shape {nz.shape}, expected ({c},)")
+        g.config_feat = _finite(f, "config_feat", _read_small(f, "config_feat").astype(np.float32, copy=False))
+        lowest = 0 if inp.split == "test" else 1
+        g.config_runtime_normalizers = _as_int(
+            f, "config_runtime_normalizers", _read_small(f, "config_runtime_normalizers"),
+            lowest, np.iinfo(np.int64).max, np.int64)
+    return g

@@ -1,0 +1,38 @@
+"""Numba kernels over plain NumPy arrays: the hot path of tpuprep (SPEC §2)."""
+
+from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
+from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
+from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
+from .repad import REPADDED_COLUMNS, repad_node_feat
+
+__all__ = [
+    "warm",
+    "REPADDED_COLUMNS",
+    "ConfigValueError",
+    "DedupResult",
+    "Deduplicator",
+    "PrunedGraph",
+    "decode_base7",
+    "dedup_rows",
+    "encode_base7",
+    "float_keys",
+    "keep_all",
+    "pack_chunk",
+    "prune_graph",
+    "remap_node_splits",
+    "repad_node_feat",
+]
+
+
+def warm() -> None:
+    """Run every kernel once on tiny inputs (compiles, or loads from the disk cache)."""
+    import numpy as np
+
+    edges = np.array([[1, 0], [2, 1]], np.int64)
+    prune_graph(edges, 3, np.array([1], np.int64), 1)
+    repad_node_feat(np.zeros((2, 140), np.float32), np.array([26, 0], np.uint8))
+    codes = pack_chunk(np.full((2, 1, 18), -1, np.float32))
+    pack_chunk(np.full((1, 1, 18), -1, np.float64))
+    dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64))
+    dedup_rows(codes.reshape(2, -1))
+    dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64), np.array([1, 1], np.int64))

@@ -1,0 +1,231 @@
+"""Streaming deduplication of configurations (SPEC §2.3), memory linear in c.
+
+Rows are fixed-width int32 keys (layout: the (nc, 3) base-7 codes of a config, an exact key; tile: the
+24 ``config_feat`` values as float32 bit patterns after −0.0 → 0.0, i.e. compared by value). Keys go
+into an open-addressing hash table sized for all c rows up front, so memory is O(c · width), never
+O(c²). Unique configs are numbered 0..c_u−1 in order of first occurrence. Each keeps the row with the
+smallest runtime (tile: smallest runtime / normalizer, compared exactly as fractions); ties go to the
+earliest row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._jit import kernel
+
+_EMPTY = -1
+
+
+class DedupResult(NamedTuple):
+    """Unique configs in order of first occurrence.
+
+    keys: (c_u, width) int32 unique keys; inverse: (c,) int32 unique id of every original row;
+    group_size, first_index, best_index: (c_u,) int32 (best_index = original row kept as the
+    representative); runtime: (c_u,) int64 ns of that row, None when no runtimes were given (test split);
+    normalizer: (c_u,) int64 of that row (tile), else None.
+    """
+
+    keys: np.ndarray
+    inverse: np.ndarray
+    group_size: np.ndarray
+    first_index: np.ndarray
+    best_index: np.ndarray
+    runtime: np.ndarray | None
+    normalizer: np.ndarray | None
+
+
+@kernel
+def _hash_row(row):
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for v in row:
+        h ^= np.uint64(np.uint32(v))
+        h *= np.uint64(0xFF51AFD7ED558CCD)
+        h ^= h >> np.uint64(29)
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@kernel
+def _product_less(a, b, c, d):
+    """Exact a·b < c·d for non-negative int64 values (128-bit products from 32-bit halves)."""
+    mask = np.uint64(0xFFFFFFFF)
+    s32 = np.uint64(32)
+
+    a_lo = np.uint64(a) & mask
+    a_hi = np.uint64(a) >> s32
+    b_lo = np.uint64(b) & mask
+    b_hi = np.uint64(b) >> s32
+    c_lo = np.uint64(c) & mask
+    c_hi = np.uint64(c) >> s32
+    d_lo = np.uint64(d) & mask
+    d_hi = np.uint64(d) >> s32
+
+    # a*b = hi1 * 2^64 + lo1
+    ll = a_lo * b_lo
+    lh = a_lo * b_hi
+    hl = a_hi * b_lo
+    hh = a_hi * b_hi
+    mid = (ll >> s32) + (lh & mask) + (hl & mask)
+    lo1 = (ll & mask) | ((mid & mask) << s32)
+    hi1 = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+
+    ll = c_lo * d_lo
+    lh = c_lo * d_hi
+    hl = c_hi * d_lo
+    hh = c_hi * d_hi
+    mid = (ll >> s32) + (lh & mask) + (hl & mask)
+    lo2 = (ll & mask) | ((mid & mask) << s32)
+    hi2 = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    return hi1 < hi2 or (hi1 == hi2 and lo1 < lo2)
+
+
+@kernel
+def _add_rows(
+    keys, first_row, runtime, normalizer, use_runtime, use_normalizer,
+    table, hashes, unique_keys, state, inverse, group_size, first_index, best_index,
+    best_runtime, best_normalizer,
+):
+    mask = np.uint64(table.shape[0] - 1)
+    n_unique = state[0]
+    width = keys.shape[1]
+    for r in range(keys.shape[0]):
+        row = keys[r]
+        h = _hash_row(row)
+        slot = h & mask
+        uid = -1
+        while True:
+            cand = table[slot]
+            if cand == _EMPTY:
+                break
+            if hashes[cand] == h:
+                same = True
+                for j in range(width):
+                    if unique_keys[cand, j] != row[j]:
+                        same = False
+                        break
+                if same:
+                    uid = cand
+                    break
+            slot = (slot + np.uint64(1)) & mask
+        original = first_row + r
+        if uid < 0:
+            uid = n_unique
+            n_unique += 1
+            table[slot] = uid
+            hashes[uid] = h
+            for j in range(width):
+                unique_keys[uid, j] = row[j]
+            group_size[uid] = 1
+            first_index[uid] = original
+            best_index[uid] = original
+            if use_runtime:
+                best_runtime[uid] = runtime[r]
+            if use_normalizer:
+                best_normalizer[uid] = normalizer[r]
+        else:
+            group_size[uid] += 1
+            if use_runtime:
+                if use_normalizer:
+                    better = _product_less(
+                        runtime[r], best_normalizer[uid], best_runtime[uid], normalizer[r]
+                    )
+                else:
+                    better = runtime[r] < best_runtime[uid]
+                if better:
+                    best_index[uid] = original
+                    best_runtime[uid] = runtime[r]
+                    if use_normalizer:
+                        best_normalizer[uid] = normalizer[r]
+        inverse[original] = uid
+    state[0] = n_unique
+
+
+class Deduplicator:
+    """Feed the c rows of one graph in order, in chunks of any size; then ``finish()``.
+
+    num_rows: c, the total number of rows that will be added; width: int32 values per key.
+    with_runtime / with_normalizer: whether ``add`` receives runtimes (train/valid) and tile
+    normalizers. Memory: the unique keys (at most c × width int32; pages are touched only as
+    unique rows arrive) plus O(c) bookkeeping.
+    """
+
+    def __init__(self, num_rows: int, width: int, *, with_runtime: bool, with_normalizer: bool = False):
+        if with_normalizer and not with_runtime:
+            raise ValueError("normalizers need runtimes")
+        self.num_rows = int(num_rows)
+        self.width = int(width)
+        self.with_runtime = with_runtime
+        self.with_normalizer = with_normalizer
+        capacity = 1 << max(4, int(2 * max(self.num_rows, 1) - 1).bit_length())
+        self._table = np.full(capacity, _EMPTY, np.int32)
+        self._hashes = np.empty(self.num_rows, np.uint64)
+        self._unique = np.empty((self.num_rows, self.width), np.int32)
+        self._state = np.zeros(1, np.int64)
+        self._inverse = np.empty(self.num_rows, np.int32)
+        self._group_size = np.empty(self.num_rows, np.int32)
+        self._first_index = np.empty(self.num_rows, np.int32)
+        self._best_index = np.empty(self.num_rows, np.int32)
+        self._runtime = np.empty(self.num_rows if with_runtime else 0, np.int64)
+        self._normalizer = np.empty(self.num_rows if with_normalizer else 0, np.int64)
+        self._next_row = 0
+
+    def add(self, keys: np.ndarray, runtime: np.ndarray | None = None, normalizer: np.ndarray | None = None) -> None:
+        """Add the next k rows: keys (k, width) int32, runtime (k,) int64, normalizer (k,) int64."""
+        keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(-1, self.width)
+        k = keys.shape[0]
+        if self._next_row + k > self.num_rows:
+            raise ValueError(f"more than the announced {self.num_rows} rows")
+        empty = np.empty(0, np.int64)
+        rt = np.ascontiguousarray(runtime, dtype=np.int64) if self.with_runtime else empty
+        nz = np.ascontiguousarray(normalizer, dtype=np.int64) if self.with_normalizer else empty
+        if self.with_runtime and rt.shape != (k,):
+            raise ValueError(f"runtime must have shape ({k},), got {rt.shape}")
+        if self.with_normalizer and nz.shape != (k,):
+            raise ValueError(f"normalizer must have shape ({k},), got {nz.shape}")
+        _add_rows(
+            keys, self._next_row, rt, nz, self.with_runtime, self.with_normalizer,
+            self._table, self._hashes, self._unique, self._state, self._inverse,
+            self._group_size, self._first_index, self._best_index, self._runtime, self._normalizer,
+        )
+        self._next_row += k
+
+    def finish(self) -> DedupResult:
+        if self._next_row != self.num_rows:
+            raise ValueError(f"got {self._next_row} rows, announced {self.num_rows}")
+        u = int(self._state[0])
+        return DedupResult(
+            keys=self._unique[:u],
+            inverse=self._inverse,
+            group_size=self._group_size[:u].copy(),
+            first_index=self._first_index[:u].copy(),
+            best_index=self._best_index[:u].copy(),
+            runtime=self._runtime[:u].copy() if self.with_runtime else None,
+            normalizer=self._normalizer[:u].copy() if self.with_normalizer else None,
+        )
+
+
+def float_keys(values: np.ndarray) -> np.ndarray:
+    """Exact int32 keys for float32 rows compared by value: −0.0 becomes 0.0, then the bit pattern.
+
+    values: (k, w) float, no NaN (callers validate). Returns (k, w) int32.
+    """
+    normalised = np.ascontiguousarray(values, dtype=np.float32) + np.float32(0.0)
+    return normalised.view(np.int32)
+
+
+def dedup_rows(
+    keys: np.ndarray,
+    runtime: np.ndarray | None = None,
+    normalizer: np.ndarray | None = None,
+) -> DedupResult:
+    """Deduplicate all rows of ``keys`` (c, width) int32 at once (convenience over ``Deduplicator``)."""
+    keys = np.ascontiguousarray(keys, dtype=np.int32)
+    keys = keys.reshape(keys.shape[0], -1)
+    d = Deduplicator(
+        keys.shape[0], keys.shape[1], with_runtime=runtime is not None, with_normalizer=normalizer is not None
+    )
+    d.add(keys, runtime, normalizer)
+    return d.finish()

@@ -1,0 +1,113 @@
+"""Arrow schemas and Parquet options built from ``schemas/*.json``, the single source of truth.
+
+Each table file lists its columns with an Arrow type string (``int32``, ``list<int32>``,
+``fixed_size_list<float32, 140>``, ``list<fixed_size_list<int32, 3>>`` ...), nullability, unit,
+meaning, the Parquet encoding chosen for the column (``plain``, ``dictionary``, ``delta``,
+``byte_stream_split``) and whether statistics are written for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1.0"
+TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
+
+_PRIMITIVES = {
+    "string": pa.string(), "bool": pa.bool_(),
+    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
+    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
+    "float32": pa.float32(), "float64": pa.float64(),
+}
+_ENCODINGS = {"delta": "DELTA_BINARY_PACKED", "byte_stream_split": "BYTE_STREAM_SPLIT", "plain": "PLAIN"}
+
+
+def parse_type(text: str) -> pa.DataType:
+    """Parse a type string of the schema files into an Arrow type."""
+    text = text.strip()
+    if text in _PRIMITIVES:
+        return _PRIMITIVES[text]
+    m = re.fullmatch(r"list<(.+)>", text)
+    if m:
+        return pa.list_(parse_type(m.group(1)))
+    m = re.fullmatch(r"fixed_size_list<(.+),\s*(\d+)>", text)
+    if m:
+        return pa.list_(parse_type(m.group(1)), int(m.group(2)))
+    raise ValueError(f"unknown type {text!r} in a schema file")
+
+
+def leaf_paths(name: str, dtype: pa.DataType) -> list[str]:
+    """Parquet leaf column paths of an Arrow column, e.g. ``codes.list.element.list.element``."""
+    if pa.types.is_list(dtype) or pa.types.is_fixed_size_list(dtype):
+        return leaf_paths(f"{name}.list.element", dtype.value_type)
+    return [name]
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """One table's definition: the Arrow schema plus the Parquet writer options it implies."""
+
+    name: str
+    description: str
+    sort_key: tuple[str, ...]
+    columns: tuple[dict[str, Any], ...]
+    arrow: pa.Schema
+
+    def parquet_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``pyarrow.parquet.ParquetWriter`` (encodings and statistics)."""
+        dictionary: list[str] = []
+        encodings: dict[str, str] = {}
+        statistics: list[str] = []
+        for col in self.columns:
+            paths = leaf_paths(col["name"], self.arrow.field(col["name"]).type)
+            enc = col.get("encoding", "plain")
+            if enc == "dictionary":
+                dictionary += paths
+            else:
+                encodings.update({p: _ENCODINGS[enc] for p in paths})
+            if col.get("statistics"):
+                statistics += paths
+        return {
+            "use_dictionary": dictionary,
+            "column_encoding": encodings,
+            "write_statistics": statistics,
+        }
+
+
+def _load_json(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("tpuprep").joinpath("schemas", f"{name}.json").read_text())
+
+
+@cache
+def table_schema(name: str) -> TableSchema:
+    """The ``TableSchema`` of ``layout_graphs``, ``layout_configs``, ``tile_graphs`` or ``tile_configs``."""
+    if name not in TABLES:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+    doc = _load_json(name)
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise ValueError(f"schemas/{name}.json has version {doc['schema_version']}, expected {SCHEMA_VERSION}")
+    fields = []
+    for col in doc["columns"]:
+        meta = {"description": col["description"]}
+        if col.get("unit"):
+            meta["unit"] = col["unit"]
+        fields.append(pa.field(col["name"], parse_type(col["type"]), nullable=col["nullable"], metadata=meta))
+    arrow = pa.schema(fields, metadata={"schema_version": SCHEMA_VERSION, "table": name})
+    return TableSchema(name, doc["description"], tuple(doc["sort_key"]), tuple(doc["columns"]), arrow)
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema of ``manifest.json``."""
+    return _load_json("manifest.schema")
+
+
+def table_name(kind: str, table: str) -> str:
+    """``table_name("layout", "configs") == "layout_configs"``."""
+    return f"{kind}_{table}"
