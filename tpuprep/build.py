@@ -157,14 +157,16 @@ def build(
     notify = progress or (lambda event, info: None)
     inputs, refused = discover(src, collections, splits)
     refused_records = [_refused_record(e, src) for e in refused]
-    notify("discovered", {"inputs": inputs, "refused": refused_records})
     if dry_run:
+        notify("discovered", {"inputs": [], "refused": refused_records})
         return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
     if not inputs and not refused:
         raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
                          ".../layout/<xla|nlp>/<default|random>/<split>/)")
-
+    if dst == src or src in dst.parents:
+        raise UsageError(f"--dst {dst} must not lie inside --src {src}")
     _prepare_destination(dst, resume, overwrite)
+    notify("discovered", {"inputs": inputs, "refused": refused_records})
     staging = dst / STAGING
     staging.mkdir(exist_ok=True)
     runner = runner or SerialRunner()

@@ -82,7 +82,7 @@ class ConvertedGraph:
         x = self.node_feat[:, :FEATURE_STATS_COLUMNS].astype(np.float64)
         mean = x.mean(axis=0) if len(x) else np.zeros(FEATURE_STATS_COLUMNS)
         m2 = ((x - mean) ** 2).sum(axis=0)
-        return {"count": int(len(x)), "mean": mean.tolist(), "m2": m2.tolist()}
+        return {"count": len(x), "mean": mean.tolist(), "m2": m2.tolist()}
 
 
 def graph_fold(graph_id: str, folds: int) -> int:

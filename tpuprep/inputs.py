@@ -73,7 +73,7 @@ def classify(path: Path) -> tuple[str, str, str, str]:
     raise ValueError("the path does not end in tile/xla/<split>/ or layout/<xla|nlp>/<default|random>/<split>/")
 
 
-def _selected(collection: str, wanted: Iterable[str] | None) -> bool:
+def selected(collection: str, wanted: Iterable[str] | None) -> bool:
     if not wanted:
         return True
     return any(collection == w or collection.startswith(w.rstrip(":") + ":") for w in wanted)
@@ -111,7 +111,7 @@ def discover(
             except ValueError as exc:
                 refused.append(BadInput(path, None, f"cannot tell its collection and split: {exc}"))
                 continue
-            if not _selected(collection, collections) or split not in splits:
+            if not selected(collection, collections) or split not in splits:
                 continue
             stem = name[:-4]
             if not SAFE_STEM.fullmatch(stem) or stem.endswith("."):

@@ -6,7 +6,6 @@ from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
 from .repad import REPADDED_COLUMNS, repad_node_feat
 
 __all__ = [
-    "warm",
     "REPADDED_COLUMNS",
     "ConfigValueError",
     "DedupResult",
@@ -21,6 +20,7 @@ __all__ = [
     "prune_graph",
     "remap_node_splits",
     "repad_node_feat",
+    "warm",
 ]
 
 

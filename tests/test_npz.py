@@ -1,0 +1,67 @@
+"""The streaming npz reader against np.load, and its refusal of broken members."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+from tpuprep.errors import BadInput
+from tpuprep.npz import NpzFile
+
+
+def _write(path, compressed=True, **arrays):
+    (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_reads_and_streams_like_np_load(tmp_path, compressed):
+    rng = np.random.default_rng(0)
+    arrays = {"a": rng.normal(size=(1000, 7, 18)).astype(np.float32), "b": np.arange(5, dtype=np.int64),
+              "c": rng.integers(0, 255, 33).astype(np.uint8), "big_endian": np.arange(6, dtype=">i4").reshape(3, 2)}
+    path = _write(tmp_path / "x.npz", compressed, **arrays)
+    with NpzFile(path) as f:
+        assert set(f.members) == set(arrays)
+        for key, arr in arrays.items():
+            np.testing.assert_array_equal(f.read(key), arr)
+        chunks = list(f.iter_rows("a", 97))
+        assert [s for s, _ in chunks] == list(range(0, 1000, 97))
+        np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), arrays["a"])
+        assert f.read("big_endian").dtype == np.dtype("int32")
+
+
+def test_header_claiming_a_gigantic_shape_is_refused(tmp_path):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 140)})
+    with zipfile.ZipFile(tmp_path / "x.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("node_feat.npy", buf.getvalue() + b"\0" * 64)
+    with pytest.raises(BadInput, match=r"node_feat.*header claims shape"):
+        NpzFile(tmp_path / "x.npz")
+
+
+def test_corrupt_member_is_detected_by_crc(tmp_path):
+    path = _write(tmp_path / "x.npz", False, a=np.arange(1000, dtype=np.int64))
+    data = bytearray(path.read_bytes())
+    data[data.index(b"\x93NUMPY") + 200] ^= 0xFF  # flip one data byte of the STORED member
+    path.write_bytes(bytes(data))
+    with NpzFile(path) as f, pytest.raises(BadInput, match="CRC"):
+        f.read("a")
+
+
+def test_truncated_and_non_zip_files_are_bad_input(tmp_path):
+    path = _write(tmp_path / "x.npz", True, a=np.random.default_rng(1).normal(size=(5000,)))
+    (tmp_path / "t.npz").write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(BadInput, match="zip"):
+        NpzFile(tmp_path / "t.npz")
+    (tmp_path / "n.npz").write_text("hello")
+    with pytest.raises(BadInput, match="not a readable zip"):
+        NpzFile(tmp_path / "n.npz")
+
+
+def test_object_arrays_are_never_unpickled(tmp_path):
+    np.savez(tmp_path / "o.npz", a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(BadInput, match="never unpickled"):
+        NpzFile(tmp_path / "o.npz")

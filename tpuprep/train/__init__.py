@@ -1,0 +1,1 @@
+"""Torch-free trainer and evaluator that consume tpuprep shards."""
