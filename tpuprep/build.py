@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import traceback
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .convert import BuildOptions, convert_file
 from .errors import BadInput, UsageError
+from .faults import checkpoint
 from .inputs import InputFile, discover
 from .manifest import MANIFEST, QUARANTINE, build_manifest, write_json_atomic
 from .npz import sha256_file
@@ -26,6 +28,7 @@ from .shards import PartFiles, merge_parts, write_parts
 
 STAGING = ".tpuprep"
 OUTPUT_ENTRIES = (MANIFEST, QUARANTINE, "README.md", "layout", "tile", STAGING)
+TEMPORARY = re.compile(r"\..+\.tmp(-\d+)?")  # what a killed build may leave behind
 
 Progress = Callable[[str, dict], None]
 
@@ -57,6 +60,7 @@ def process_file(inp: InputFile, opts: BuildOptions, staging: str) -> dict:
         record["sha256"] = sha256_file(inp.path)
         g = convert_file(inp, opts, record["sha256"])
         parts = write_parts(g, staging_path, opts.row_group_bytes, opts.compression_level)
+        checkpoint("part")
         record |= {
             "status": "ok", "warnings": list(g.warnings), "parts": parts.__dict__,
             "moments": g.feature_moments(),
@@ -97,15 +101,16 @@ def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
         raise UsageError(f"--dst {dst} is not empty; pass --resume to finish an interrupted build "
                          "or --overwrite to replace it")
     if overwrite:
-        foreign = [e.name for e in entries if e.name not in OUTPUT_ENTRIES]
+        foreign = [e.name for e in entries if e.name not in OUTPUT_ENTRIES and not TEMPORARY.fullmatch(e.name)]
         if foreign:
             raise UsageError(f"--dst {dst} holds files tpuprep did not write ({', '.join(sorted(foreign)[:5])}); "
                              "refusing to overwrite")
         for e in entries:
             shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
     elif resume:
-        for name in (MANIFEST, QUARANTINE, "README.md"):
-            (dst / name).unlink(missing_ok=True)
+        for e in entries:
+            if e.name in (MANIFEST, QUARANTINE, "README.md") or TEMPORARY.fullmatch(e.name):
+                e.unlink()
     dst.mkdir(parents=True, exist_ok=True)
 
 

@@ -68,7 +68,8 @@ class _Progress:
     def _bad(self, r: dict) -> None:
         self.bad += 1
         key = f" [{r['key']}]" if r.get("key") else ""
-        click.echo(f"\nquarantined: {r['path']}{key}: {r['error']}", err=True)
+        lead = "\n" if self.bar else ""  # step off the progress bar's line
+        click.echo(f"{lead}quarantined: {r['path']}{key}: {r['error']}", err=True)
 
     def close(self) -> None:
         if self.bar:

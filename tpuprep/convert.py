@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import kernels
+from .errors import BadInput
 from .inputs import InputFile, read_graph
 from .npz import NpzFile
 
@@ -145,7 +146,10 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str) -> ConvertedGr
             member = f.members["node_config_feat"]
             rows = _rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
             for start, chunk in f.iter_rows("node_config_feat", rows):
-                codes = kernels.pack_chunk(chunk, first_row=start)
+                try:
+                    codes = kernels.pack_chunk(chunk, first_row=start)
+                except kernels.ConfigValueError as exc:
+                    raise BadInput(inp.path, "node_config_feat", str(exc)) from None
                 k = codes.shape[0]
                 dedup.add(codes.reshape(k, -1), None if runtime is None else runtime[start : start + k])
             result = dedup.finish()

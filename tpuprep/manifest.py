@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .convert import FEATURE_STATS_COLUMNS, BuildOptions
+from .faults import checkpoint
 from .schema import SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
@@ -41,6 +42,8 @@ def write_json_atomic(path: Path, obj) -> None:
         fh.write("\n")
         fh.flush()
         os.fsync(fh.fileno())
+    if path.name == MANIFEST:
+        checkpoint("manifest")
     os.replace(tmp, path)
 
 
@@ -95,8 +98,9 @@ def build_manifest(
         coll["splits"][s["split"]]["bytes_out"] += s["bytes"]
         coll["totals"]["bytes_out"] += s["bytes"]
     for cid, coll in collections.items():
-        train = [r["moments"] for r in sorted(records, key=lambda r: r["graph_id"])
-                 if r["status"] == "ok" and r["collection"] == cid and r["split"] == "train"]
+        train = sorted((r["graph_id"], r["moments"]) for r in records
+                       if r["status"] == "ok" and r["collection"] == cid and r["split"] == "train")
+        train = [moments for _, moments in train]
         coll["node_feat_stats"] = merge_moments(train)
         coll["splits"] = dict(sorted(coll["splits"].items()))
     quarantine = [{"file": r["path"], "key": r.get("key"), "error": r["error"]}

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import inflate
 from .errors import BadInput
+from .faults import checkpoint
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _LOCAL_MAGIC = b"PK\x03\x04"
@@ -307,6 +308,7 @@ class NpzFile:
             if not member.dtype.isnative:
                 chunk = chunk.astype(member.dtype.newbyteorder("="))
             yield start, chunk
+            checkpoint("inflate")
         stream.finish()
 
 

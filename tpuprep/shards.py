@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .convert import ConvertedGraph
+from .faults import checkpoint
 from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
@@ -270,6 +271,7 @@ def merge_parts(
                     w.write_table(t, row_group_size=max(t.num_rows, 1))
                     rows += t.num_rows
             os.replace(tmp, path)
+            checkpoint("shard")
             meta = pq.ParquetFile(path).metadata
             infos.append(ShardInfo(
                 path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
