@@ -76,8 +76,10 @@ def encode_base7(x: np.ndarray) -> np.ndarray:
     if x.shape[-1:] != (SLOTS,):
         raise ValueError(f"expected a last axis of {SLOTS} layout slots, got shape {x.shape}")
     lead = x.shape[:-1]
-    flat = x.reshape(-1, 1, SLOTS)
-    return pack_chunk(flat.astype(np.float64, copy=False)).reshape(*lead, BLOCKS)
+    # (configs, nodes, 18), so that an error names the config row and node of the caller's array
+    nodes = lead[-1] if lead else 1
+    rows = x.reshape(-1, nodes, SLOTS) if len(lead) >= 2 else x.reshape(1, nodes, SLOTS)
+    return pack_chunk(rows.astype(np.float64, copy=False)).reshape(*lead, BLOCKS)
 
 
 def decode_base7(codes: np.ndarray) -> np.ndarray:

@@ -174,8 +174,9 @@ class Deduplicator:
 
     def add(self, keys: np.ndarray, runtime: np.ndarray | None = None, normalizer: np.ndarray | None = None) -> None:
         """Add the next k rows: keys (k, width) int32, runtime (k,) int64, normalizer (k,) int64."""
-        keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(-1, self.width)
-        k = keys.shape[0]
+        keys = np.asarray(keys)
+        k = keys.shape[0] if keys.ndim else 0
+        keys = np.ascontiguousarray(keys, dtype=np.int32).reshape(k, self.width)
         if self._next_row + k > self.num_rows:
             raise ValueError(f"more than the announced {self.num_rows} rows")
         empty = np.empty(0, np.int64)
@@ -223,7 +224,7 @@ def dedup_rows(
 ) -> DedupResult:
     """Deduplicate all rows of ``keys`` (c, width) int32 at once (convenience over ``Deduplicator``)."""
     keys = np.ascontiguousarray(keys, dtype=np.int32)
-    keys = keys.reshape(keys.shape[0], -1)
+    keys = keys.reshape(keys.shape[0], int(np.prod(keys.shape[1:], dtype=np.int64)))
     d = Deduplicator(
         keys.shape[0], keys.shape[1], with_runtime=runtime is not None, with_normalizer=normalizer is not None
     )

@@ -11,8 +11,9 @@ This kernel recovers each node's output rank r and rewrites the padding as −1:
   −1; every other node gets −1 in all of 95–98 and 101–104;
 - cols 31–36 (``dimensions``) are left alone: their length is not recoverable in general.
 
-A node whose first r layout entries are not a permutation of 0..r−1 is flagged as an anomaly; its
-values are left as they are.
+A node whose first r layout entries are not a permutation of 0..r−1 is flagged as an anomaly and
+counted in the build report; its first r entries are never "fixed" (the padding after them is still
+set to −1, as for every node).
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ def output_rank(row):
             r_dims = d + 1
     if r_dims == 0 and row[COL_SHAPE_PRODUCT] == 1.0:
         return 0
-    largest = 0.0
-    for d in range(6):
+    largest = row[COL_LAYOUT]
+    for d in range(1, 6):
         if row[COL_LAYOUT + d] > largest:
             largest = row[COL_LAYOUT + d]
-    r_perm = int(min(largest, 5.0)) + 1
+    r_perm = int(min(max(largest, -1.0), 5.0)) + 1  # 1 + max(cols 134-139), kept within 0..6
     return max(r_dims, r_perm)
 
 

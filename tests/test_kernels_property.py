@@ -1,0 +1,422 @@
+"""Property tests: every kernel equals its slow reference (tests/reference.py) on random inputs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from reference import (
+    ref_decode_base7,
+    ref_dedup,
+    ref_encode_base7,
+    ref_first_bad_value,
+    ref_hop_distance,
+    ref_prune,
+    ref_remap_node_splits,
+    ref_repad,
+)
+
+from tpuprep.kernels import (
+    ConfigValueError,
+    Deduplicator,
+    decode_base7,
+    dedup_rows,
+    encode_base7,
+    float_keys,
+    pack_chunk,
+    prune_graph,
+    remap_node_splits,
+    repad_node_feat,
+)
+from tpuprep.kernels.prune import hop_distance
+
+SETTINGS = settings(
+    max_examples=200,
+    deadline=None,  # the first call of a kernel may compile it
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# --------------------------------------------------------------------------------------------------
+# Pruning
+# --------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def layout_graphs(draw):
+    """A topologically ordered graph: edges [u, v] with u > v (possibly none, possibly repeated),
+    a set of configurable nodes (often isolated ones), node_splits and K in 0..3."""
+    n = draw(st.integers(1, 30))
+    # edges only among the first `wired` nodes, so the others are isolated
+    wired = draw(st.integers(1, n))
+    pairs = draw(
+        st.lists(
+            st.tuples(st.integers(0, wired - 1), st.integers(0, wired - 1)).filter(
+                lambda p: p[0] != p[1]
+            ),
+            max_size=3 * wired,
+        )
+    )
+    edges = [(max(p), min(p)) for p in pairs]
+    order = draw(st.sampled_from(["unique-sorted", "unique-drawn", "with-repeats"]))
+    if order == "unique-sorted":
+        edges = sorted(set(edges))
+    elif order == "unique-drawn":
+        edges = list(dict.fromkeys(edges))
+    edge_index = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    config = sorted(draw(st.sets(st.integers(0, n - 1), max_size=n)))
+    interior = sorted(draw(st.sets(st.integers(1, max(n - 1, 1)), max_size=5)) - {n})
+    splits = np.array([[0, *interior, n]], dtype=np.int64)
+    hops = draw(st.integers(0, 3))
+    dtype = draw(st.sampled_from([np.int64, np.int32]))
+    return edge_index.astype(dtype), n, np.array(config, dtype=dtype), splits, hops
+
+
+@SETTINGS
+@given(layout_graphs())
+def test_prune_equals_reference(graph):
+    edge_index, n, config, splits, hops = graph
+    ref = ref_prune(edge_index, n, config, hops)
+    got = prune_graph(edge_index, n, config, hops)
+    np.testing.assert_array_equal(got.node_index, ref.node_index)
+    np.testing.assert_array_equal(got.edge_index.reshape(-1, 2), ref.edge_index)
+    np.testing.assert_array_equal(got.node_config_ids, ref.node_config_ids)
+    assert got.node_index.dtype == got.edge_index.dtype == got.node_config_ids.dtype == np.int32
+    # topological order survives the remapping
+    assert (got.edge_index[:, 0] > got.edge_index[:, 1]).all()
+    got_splits = remap_node_splits(splits, got.node_index)
+    np.testing.assert_array_equal(got_splits, ref_remap_node_splits(splits, ref.node_index))
+    assert got_splits.dtype == np.int32
+
+
+@SETTINGS
+@given(layout_graphs())
+def test_hop_distance_equals_reference(graph):
+    edge_index, n, config, _, hops = graph
+    got = hop_distance(edge_index.astype(np.int64), n, config.astype(np.int64), hops)
+    assert got.tolist() == ref_hop_distance(edge_index, n, config, hops)
+
+
+# --------------------------------------------------------------------------------------------------
+# Re-padding
+# --------------------------------------------------------------------------------------------------
+
+OTHER_OPCODES = [2, 11, 13, 34, 41, 45, 63, 75, 98, 100]
+
+
+@st.composite
+def node_rows(draw):
+    """One realistic (140,) node_feat row and its opcode: tuple, scalar or rank 1..6 with default,
+    permuted or broken layouts, zero-size dims, convolutions with spatial dims."""
+    filler = draw(
+        st.lists(st.sampled_from([0.0, 1.0, 2.0, 5.0, 0.5, 128.0]), min_size=140, max_size=140)
+    )
+    row = np.array(filler, dtype=np.float32)
+    row[2:21] = 0
+    row[21:29] = 0
+    row[95:99] = 0
+    row[101:105] = 0
+    row[134:140] = 0
+    conv = draw(st.booleans())
+    opcode = 26 if conv else draw(st.sampled_from(OTHER_OPCODES))
+    kind = draw(st.sampled_from(["tuple", "scalar", "ranked", "ranked", "ranked"]))
+    if kind == "tuple":
+        row[18] = 1
+        row[28] = draw(st.sampled_from([1.0, 0.0]))
+        return row, opcode
+    row[draw(st.sampled_from([3, 6, 7, 10, 12, 13, 15]))] = 1
+    if kind == "scalar":
+        row[28] = 1
+        return row, opcode
+    r = draw(st.integers(1, 6))
+    dims = draw(st.lists(st.sampled_from([0, 1, 2, 3, 5, 8, 128]), min_size=r, max_size=r))
+    row[21 : 21 + r] = dims
+    row[27] = sum(dims)
+    row[28] = math.prod(dims)
+    layout_kind = draw(st.sampled_from(["default", "default", "permutation", "broken", "zeros"]))
+    if layout_kind == "default":
+        layout = list(range(r - 1, -1, -1))
+    elif layout_kind == "permutation":
+        layout = draw(st.permutations(list(range(r))))
+    elif layout_kind == "broken":
+        layout = draw(st.lists(st.integers(0, r - 1), min_size=r, max_size=r))
+    else:
+        layout = [0] * r
+    row[134 : 134 + r] = layout
+    if conv:
+        s = max(r - 2, 0)
+        row[95 : 95 + s] = draw(st.lists(st.integers(0, r - 1), min_size=s, max_size=s))[:4]
+        row[101 : 101 + s] = draw(st.lists(st.integers(0, r - 1), min_size=s, max_size=s))[:4]
+    elif draw(st.booleans()):
+        # junk where a non-convolution has no spatial dims: still padding by the SPEC
+        row[95] = 1
+        row[101] = 2
+    return row, opcode
+
+
+@SETTINGS
+@given(st.lists(node_rows(), max_size=25))
+def test_repad_equals_reference(nodes):
+    feat = np.stack([r for r, _ in nodes]) if nodes else np.zeros((0, 140), np.float32)
+    opcode = np.array([o for _, o in nodes], dtype=np.uint8)
+    before = feat.copy()
+    ref_out, ref_anomalous = ref_repad(feat, opcode)
+    out, anomalous = repad_node_feat(feat, opcode)
+    np.testing.assert_array_equal(feat, before)
+    assert out.dtype == np.float32 and out.shape == feat.shape
+    np.testing.assert_array_equal(out, ref_out)  # every column, -1s included
+    np.testing.assert_array_equal(anomalous, ref_anomalous)
+
+
+# --------------------------------------------------------------------------------------------------
+# Base-7
+# --------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def config_values(draw, max_rows=6, max_nodes=5):
+    k = draw(st.integers(0, max_rows))
+    nc = draw(st.integers(1, max_nodes))
+    flat = draw(st.lists(st.integers(-1, 5), min_size=k * nc * 18, max_size=k * nc * 18))
+    return np.array(flat, dtype=np.int64).reshape(k, nc, 18)
+
+
+@SETTINGS
+@given(config_values(), st.sampled_from([np.float32, np.float64, np.int8, np.int64]))
+def test_encode_equals_reference(values, dtype):
+    x = values.astype(dtype)
+    codes = encode_base7(x)
+    assert codes.dtype == np.int32 and codes.shape == (*x.shape[:-1], 3)
+    np.testing.assert_array_equal(codes, ref_encode_base7(values))
+    packed = pack_chunk(values.astype(np.float32))
+    np.testing.assert_array_equal(packed, ref_encode_base7(values))
+    back = decode_base7(codes)
+    assert back.dtype == np.int8
+    np.testing.assert_array_equal(back, values)
+
+
+@SETTINGS
+@given(
+    st.lists(st.integers(0, 7**6 - 1), min_size=3, max_size=60).map(lambda v: v[: len(v) // 3 * 3])
+)
+def test_decode_equals_reference(flat):
+    codes = np.array(flat, dtype=np.int32).reshape(-1, 3)
+    got = decode_base7(codes)
+    np.testing.assert_array_equal(got, ref_decode_base7(codes))
+    np.testing.assert_array_equal(encode_base7(got), codes)
+
+
+BAD_VALUES = [
+    6.0,
+    -2.0,
+    0.5,
+    -0.5,
+    4.999,
+    5.0000005,
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e9,
+    -1e9,
+    2.0**31,
+]
+
+
+@SETTINGS
+@given(
+    config_values(max_rows=5, max_nodes=4),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(BAD_VALUES)), min_size=1, max_size=4),
+    st.integers(0, 10**6),
+)
+def test_pack_chunk_rejects_like_reference(values, bad, first_row):
+    assume(values.shape[0] > 0)
+    x = values.astype(np.float32)
+    for pos, v in bad:
+        x.reshape(-1)[pos % x.size] = v
+    expected = ref_first_bad_value(x)
+    assert expected is not None
+    with pytest.raises(ConfigValueError) as info:
+        pack_chunk(x, first_row=first_row)
+    row, node, slot = expected
+    assert (info.value.row, info.value.node, info.value.slot) == (first_row + row, node, slot)
+    v = float(x[row, node, slot])
+    assert (math.isnan(v) and math.isnan(info.value.value)) or info.value.value == v
+
+
+# --------------------------------------------------------------------------------------------------
+# Deduplication
+# --------------------------------------------------------------------------------------------------
+
+
+def check_same(got, ref):
+    np.testing.assert_array_equal(got.inverse, ref.inverse)
+    np.testing.assert_array_equal(got.group_size, ref.group_size)
+    np.testing.assert_array_equal(got.first_index, ref.first_index)
+    np.testing.assert_array_equal(got.best_index, ref.best_index)
+    for name in ("runtime", "normalizer"):
+        g, r = getattr(got, name), getattr(ref, name)
+        if r is None:
+            assert g is None, name
+        else:
+            assert g.dtype == np.int64, name
+            np.testing.assert_array_equal(g, r, err_msg=name)
+
+
+RUNTIME_MODES = ["none", "ties", "wide", "huge"]
+
+
+def draw_runtimes(draw, c, mode):
+    if mode == "none":
+        return None
+    hi = {"ties": 3, "wide": 10**12, "huge": 2**63 - 1}[mode]
+    return np.array(draw(st.lists(st.integers(0, hi), min_size=c, max_size=c)), dtype=np.int64)
+
+
+@st.composite
+def layout_dedup_inputs(draw):
+    """(c, nc, 18) configs drawn from a small pool (heavy duplication), −0.0 sprinkled in, runtimes."""
+    nc = draw(st.integers(1, 3))
+    pool_size = draw(st.integers(1, 6))
+    pool = np.array(
+        draw(
+            st.lists(st.integers(-1, 1), min_size=pool_size * nc * 18, max_size=pool_size * nc * 18)
+        ),
+        dtype=np.float32,
+    ).reshape(pool_size, nc, 18)
+    c = draw(st.integers(1, 80))
+    idx = draw(st.lists(st.integers(0, pool_size - 1), min_size=c, max_size=c))
+    values = pool[idx]
+    signs = draw(st.lists(st.booleans(), min_size=c, max_size=c))
+    for i, flip in enumerate(signs):
+        if flip:
+            values[i][values[i] == 0] = -0.0
+    runtime = draw_runtimes(draw, c, draw(st.sampled_from(RUNTIME_MODES)))
+    return values, runtime
+
+
+def chunked(draw_cuts, c):
+    cuts = sorted({0, c, *(x % (c + 1) for x in draw_cuts)})
+    return list(itertools.pairwise(cuts))
+
+
+@SETTINGS
+@given(layout_dedup_inputs(), st.lists(st.integers(0, 10**6), max_size=6))
+def test_layout_dedup_equals_reference(inputs, cuts):
+    values, runtime = inputs
+    c, nc, _ = values.shape
+    ref = ref_dedup(values, runtime)
+    keys = pack_chunk(values).reshape(c, nc * 3)
+    got = dedup_rows(keys, runtime)
+    check_same(got, ref)
+    np.testing.assert_array_equal(decode_base7(got.keys.reshape(-1, nc, 3)), ref.unique_rows)
+    # streamed: pack and add chunk by chunk
+    d = Deduplicator(c, nc * 3, with_runtime=runtime is not None)
+    for lo, hi in chunked(cuts, c):
+        part = pack_chunk(values[lo:hi], first_row=lo).reshape(hi - lo, nc * 3)
+        d.add(part, None if runtime is None else runtime[lo:hi])
+    streamed = d.finish()
+    check_same(streamed, ref)
+    np.testing.assert_array_equal(streamed.keys, got.keys)
+
+
+TILE_VALUES = [0.0, -0.0, 1.0, 2.0, 16.0, 3.5, -1.0, 1e30, 1e-30]
+
+
+def draw_fractions(draw, c, mode):
+    """runtimes and normalizers: small (many exact ties), huge (up to 2^62), or exact/near ties of
+    one fraction scaled by huge factors (cross products near 2^124)."""
+    if mode == "small":
+        rt = draw(st.lists(st.integers(0, 8), min_size=c, max_size=c))
+        nz = draw(st.lists(st.integers(1, 8), min_size=c, max_size=c))
+    elif mode == "huge":
+        rt = draw(st.lists(st.integers(0, 2**62), min_size=c, max_size=c))
+        nz = draw(st.lists(st.integers(1, 2**62), min_size=c, max_size=c))
+    else:
+        p = draw(st.integers(1, 2**10))
+        q = draw(st.integers(1, 2**10))
+        top = 2**62 // max(p, q)
+        rt, nz = [], []
+        for _ in range(c):
+            k = draw(st.integers(max(top // 4, 1), top))
+            delta = draw(st.sampled_from([0, 0, 0, -1, 1]))
+            rt.append(max(p * k + delta, 0))
+            nz.append(q * k)
+    return np.array(rt, dtype=np.int64), np.array(nz, dtype=np.int64)
+
+
+@st.composite
+def tile_dedup_inputs(draw):
+    pool_size = draw(st.integers(1, 5))
+    pool = np.array(
+        draw(
+            st.lists(st.sampled_from(TILE_VALUES), min_size=pool_size * 24, max_size=pool_size * 24)
+        ),
+        dtype=np.float32,
+    ).reshape(pool_size, 24)
+    c = draw(st.integers(1, 60))
+    idx = draw(st.lists(st.integers(0, pool_size - 1), min_size=c, max_size=c))
+    feat = pool[idx]
+    for i, flip in enumerate(draw(st.lists(st.booleans(), min_size=c, max_size=c))):
+        if flip:
+            feat[i][feat[i] == 0] = -0.0
+    mode = draw(st.sampled_from(["none", "small", "huge", "scaled", "scaled"]))
+    if mode == "none":
+        return feat, None, None
+    runtime, normalizer = draw_fractions(draw, c, mode)
+    return feat, runtime, normalizer
+
+
+@SETTINGS
+@given(tile_dedup_inputs(), st.lists(st.integers(0, 10**6), max_size=6))
+def test_tile_dedup_equals_reference(inputs, cuts):
+    feat, runtime, normalizer = inputs
+    c = feat.shape[0]
+    ref = ref_dedup(feat, runtime, normalizer)
+    keys = float_keys(feat)
+    got = dedup_rows(keys, runtime, normalizer)
+    check_same(got, ref)
+    # the unique keys are the keys of the first occurrences (compared by value)
+    np.testing.assert_array_equal(got.keys, float_keys(ref.unique_rows))
+    d = Deduplicator(
+        c, 24, with_runtime=runtime is not None, with_normalizer=normalizer is not None
+    )
+    for lo, hi in chunked(cuts, c):
+        d.add(
+            keys[lo:hi],
+            None if runtime is None else runtime[lo:hi],
+            None if normalizer is None else normalizer[lo:hi],
+        )
+    check_same(d.finish(), ref)
+
+
+# values around 32-bit carry boundaries of the 128-bit product
+_POWERS = sorted(
+    {
+        max(0, min(2**62, b + d))
+        for b in (0, 1, 2**31, 2**32, 2**33, 2**61, 2**62, 3 << 60)
+        for d in (-1, 0, 1)
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_tile_fraction_compare_hammer(data):
+    """Three rows with one key: the kept row is the exact minimum of runtime / normalizer."""
+    mode = data.draw(st.sampled_from(["huge", "scaled", "powers"]))
+    if mode == "powers":
+        rt = np.array(
+            data.draw(st.lists(st.sampled_from(_POWERS), min_size=3, max_size=3)), np.int64
+        )
+        nz = np.array(
+            data.draw(st.lists(st.sampled_from(_POWERS[1:]), min_size=3, max_size=3)), np.int64
+        )
+    else:
+        rt, nz = draw_fractions(data.draw, 3, mode)
+    feat = np.zeros((3, 24), np.float32)
+    got = dedup_rows(float_keys(feat), rt, nz)
+    ref = ref_dedup(feat, rt, nz)
+    check_same(got, ref)
