@@ -94,7 +94,9 @@ def corruption(draw, size):
 def _corrupt(data: bytes, ops) -> bytes:
     out = bytearray(data)
     for op, pos, val in ops:
-        pos %= max(len(out), 1)
+        if not out:
+            break
+        pos %= len(out)
         if op == "flip":
             out[pos] ^= val
         elif op == "truncate":

@@ -145,9 +145,10 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str) -> ConvertedGr
             dedup = collector_type(c, nc * 3, with_runtime=labelled)
             member = f.members["node_config_feat"]
             rows = _rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
+            scratch = np.empty(min(rows, c) * nc * 3, np.int32)
             for start, chunk in f.iter_rows("node_config_feat", rows):
                 try:
-                    codes = kernels.pack_chunk(chunk, first_row=start)
+                    codes = kernels.pack_chunk(chunk, first_row=start, out=scratch)
                 except kernels.ConfigValueError as exc:
                     raise BadInput(inp.path, "node_config_feat", str(exc)) from None
                 k = codes.shape[0]

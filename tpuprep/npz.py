@@ -83,6 +83,11 @@ class _MemberStream:
             if self._decomp is not None and self._decomp.unconsumed_tail:
                 data = self._decomp.unconsumed_tail
             else:
+                if self._decomp is not None:
+                    # some backends (isal) hold inflated output back instead of input: drain it first
+                    out = self._inflate(b"", limit)
+                    if out:
+                        return out
                 if self._remaining_in <= 0:
                     return b""
                 self._fh.seek(self._pos_in)
@@ -93,14 +98,15 @@ class _MemberStream:
                 self._remaining_in -= len(data)
                 if self._stored:
                     return data[:limit] if len(data) <= limit else self._keep(data, limit)
-            try:
-                out = self._decomp.decompress(data, limit)
-            except Exception as exc:  # zlib.error and the faster backends' equivalents
-                raise self._fail(f"corrupt DEFLATE data ({exc})") from None
+            out = self._inflate(data, limit)
             if out:
                 return out
-            if self._decomp.eof and not self._decomp.unconsumed_tail:
-                return b""
+
+    def _inflate(self, data: bytes, limit: int) -> bytes:
+        try:
+            return self._decomp.decompress(data, limit)
+        except Exception as exc:  # zlib.error and the faster backends' equivalents
+            raise self._fail(f"corrupt DEFLATE data ({exc})") from None
 
     def _keep(self, data: bytes, limit: int) -> bytes:
         self._pending = data[limit:]
@@ -118,16 +124,36 @@ class _MemberStream:
                 )
             buf[filled : filled + len(chunk)] = chunk
             filled += len(chunk)
-            self._crc = inflate.crc32(chunk, self._crc)
-            self._produced += len(chunk)
-            if self._produced > self._file_size:
-                raise self._fail("member inflates to more bytes than the zip directory declares")
+            self._account(chunk)
         return filled
 
     def read(self, size: int) -> bytes:
         buf = bytearray(size)
         self.readinto(memoryview(buf))
         return bytes(buf)
+
+    def read_exact(self, size: int, scratch: np.ndarray | None = None) -> bytes | memoryview:
+        """``size`` bytes: the decompressor's own output when it comes in one piece (no copy), else
+        assembled in ``scratch`` (a reusable uint8 buffer of at least ``size`` bytes, so its pages are
+        touched once per member, not once per chunk)."""
+        piece = self._more(size)
+        if len(piece) == size:
+            self._account(piece)
+            return piece
+        if scratch is None or scratch.nbytes < size:
+            scratch = np.empty(size, np.uint8)
+        buf = memoryview(scratch)[:size]
+        if piece:
+            buf[: len(piece)] = piece
+            self._account(piece)
+        self.readinto(buf[len(piece) :])
+        return buf
+
+    def _account(self, chunk: bytes) -> None:
+        self._crc = inflate.crc32(chunk, self._crc)
+        self._produced += len(chunk)
+        if self._produced > self._file_size:
+            raise self._fail("member inflates to more bytes than the zip directory declares")
 
     def finish(self) -> None:
         """Check that the member ends here with the right size and CRC."""
@@ -288,7 +314,8 @@ class NpzFile:
     def iter_rows(self, key: str, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
         """Stream a member along its first axis: yields (first row, (k, ...) chunk in native order).
 
-        Every chunk is a fresh array the caller may keep. The CRC is checked after the last chunk.
+        Chunks are read-only and may share memory with the decompressor's output: use each before
+        asking for the next, or copy it. The CRC is checked after the last chunk.
         """
         member = self.members[key]
         if member.fortran_order and len(member.shape) > 1 and member.nbytes:
@@ -300,11 +327,14 @@ class NpzFile:
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * member.dtype.itemsize
         stream = self._open_data(member)
         step = max(1, int(rows_per_chunk))
+        scratch = np.empty(min(step, rows) * row_bytes, np.uint8)
         for start in range(0, rows, step):
             k = min(step, rows - start)
-            chunk = np.empty((k, *row_shape), member.dtype)
             if row_bytes:
-                stream.readinto(memoryview(chunk.reshape(-1).view(np.uint8)))
+                data = stream.read_exact(k * row_bytes, scratch)
+                chunk = np.frombuffer(data, member.dtype).reshape(k, *row_shape)
+            else:
+                chunk = np.empty((k, *row_shape), member.dtype)
             if not member.dtype.isnative:
                 chunk = chunk.astype(member.dtype.newbyteorder("="))
             yield start, chunk

@@ -32,6 +32,8 @@ def warm() -> None:
     prune_graph(edges, 3, np.array([1], np.int64), 1)
     repad_node_feat(np.zeros((2, 140), np.float32), np.array([26, 0], np.uint8))
     codes = pack_chunk(np.full((2, 1, 18), -1, np.float32))
+    # chunks streamed from a member are read-only views of the inflated bytes (a type of their own)
+    pack_chunk(np.frombuffer(np.full(18, -1, np.float32).tobytes(), np.float32).reshape(1, 1, 18))
     pack_chunk(np.full((1, 1, 18), -1, np.float64))
     dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64))
     dedup_rows(codes.reshape(2, -1))

@@ -20,27 +20,37 @@ POWERS = 7 ** np.arange(BLOCK, dtype=np.int32)  # (6,) int32: 1, 7, ..., 16807
 
 
 @kernel
-def pack_rows(values, out):
-    """Pack (k, nc, 18) float values into (k, nc, 3) int32 codes written to ``out``.
+def all_valid(flat):
+    """True when every value of the 1-D array is an integer in −1..5 (a branch-free, vectorised pass)."""
+    ok = True
+    for i in range(flat.size):
+        v = flat[i]
+        ok &= (v >= MIN_VALUE) & (v <= MAX_VALUE) & (v == np.floor(v))
+    return ok
 
-    Returns −1 when every value is an integer in −1..5, else the flat index (into ``values``) of the
-    first offending value; ``out`` is then partly written.
-    """
-    k, nc, _ = values.shape
-    for r in range(k):
-        for j in range(nc):
-            for t in range(BLOCKS):
-                code = 0
-                scale = 1
-                for i in range(BLOCK):
-                    v = values[r, j, BLOCK * t + i]
-                    digit = int(v) + 1 if MIN_VALUE <= v <= MAX_VALUE else -1
-                    if digit < 0 or v != digit - 1:
-                        return (r * nc + j) * SLOTS + BLOCK * t + i
-                    code += digit * scale
-                    scale *= 7
-                out[r, j, t] = code
+
+@kernel
+def first_invalid(flat):
+    """Index of the first value of the 1-D array that is not an integer in −1..5, or −1."""
+    for i in range(flat.size):
+        v = flat[i]
+        if not (MIN_VALUE <= v <= MAX_VALUE and v == np.floor(v)):
+            return i
     return -1
+
+
+@kernel
+def pack_valid(flat, out):
+    """Pack validated values, 6 per code: out[i] = Σ_j (flat[6i + j] + 1) · 7^j.
+
+    flat: (6·N,) values already known to be integers in −1..5 (float or int dtype; the arithmetic is
+    exact in float32 too, since codes stay below 7^6 < 2^24); out: (N,) int32.
+    """
+    for i in range(out.size):
+        b = BLOCK * i
+        code = ((flat[b] + 1) + 7 * (flat[b + 1] + 1) + 49 * (flat[b + 2] + 1) + 343 * (flat[b + 3] + 1)
+                + 2401 * (flat[b + 4] + 1) + 16807 * (flat[b + 5] + 1))
+        out[i] = np.int32(code)
 
 
 class ConfigValueError(ValueError):
@@ -54,19 +64,27 @@ class ConfigValueError(ValueError):
         )
 
 
-def pack_chunk(values: np.ndarray, first_row: int = 0) -> np.ndarray:
+def pack_chunk(values: np.ndarray, first_row: int = 0, out: np.ndarray | None = None) -> np.ndarray:
     """Validate and pack (k, nc, 18) layout values into (k, nc, 3) int32 codes.
 
+    ``out``: an optional int32 buffer of at least k·nc·3 items to write into (reused across chunks).
     Raises ConfigValueError naming the original row (``first_row`` + local row), node and slot.
     """
-    out = np.empty((values.shape[0], values.shape[1], BLOCKS), np.int32)
+    shape = (values.shape[0], values.shape[1], BLOCKS)
+    count = shape[0] * shape[1] * BLOCKS
+    if out is None or out.size < count:
+        out = np.empty(shape, np.int32)
+    else:
+        out = out.reshape(-1)[:count].reshape(shape)
     if values.size == 0:
         return out
-    bad = pack_rows(np.ascontiguousarray(values), out)
-    if bad >= 0:
+    flat = np.ascontiguousarray(values).reshape(-1)
+    if not all_valid(flat):
+        bad = first_invalid(flat)
         row, rest = divmod(int(bad), values.shape[1] * SLOTS)
         node, slot = divmod(rest, SLOTS)
         raise ConfigValueError(first_row + row, node, slot, float(values[row, node, slot]))
+    pack_valid(flat, out.reshape(-1))
     return out
 
 
