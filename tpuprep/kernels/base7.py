@@ -78,6 +78,9 @@ def pack_chunk(values: np.ndarray, first_row: int = 0, out: np.ndarray | None = 
         out = out.reshape(-1)[:count].reshape(shape)
     if values.size == 0:
         return out
+    if values.dtype.kind == "f" and values.dtype.itemsize not in (4, 8):
+        # float16 and long double have no Numba type; both convert exactly enough to judge integrality
+        values = values.astype(np.float32 if values.dtype.itemsize < 4 else np.float64)
     flat = np.ascontiguousarray(values).reshape(-1)
     if not all_valid(flat):
         bad = first_invalid(flat)
