@@ -10,6 +10,7 @@ Object arrays are never unpickled.
 from __future__ import annotations
 
 import ast
+import os
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -253,13 +254,19 @@ class NpzFile:
         return members
 
     def _data_start(self, info: zipfile.ZipInfo, key: str) -> int:
+        size = os.fstat(self._fh.fileno()).st_size
+        if not 0 <= info.header_offset < size:
+            raise BadInput(self.path, key, "zip directory points outside the file")
         self._fh.seek(info.header_offset)
         raw = self._fh.read(_LOCAL_HEADER.size)
         if len(raw) != _LOCAL_HEADER.size or raw[:4] != _LOCAL_MAGIC:
             raise BadInput(self.path, key, "zip local header is missing or corrupt")
         fields = _LOCAL_HEADER.unpack(raw)
         name_len, extra_len = fields[-2], fields[-1]
-        return info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+        start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+        if start + info.compress_size > size:
+            raise BadInput(self.path, key, "member extends past the end of the file (truncated?)")
+        return start
 
     def _stream(self, info_like: Member | zipfile.ZipInfo, key: str, data_start: int) -> _MemberStream:
         return _MemberStream(
