@@ -33,6 +33,20 @@ def _flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=array.null_count == 0 and not pa.types.is_boolean(array.type))
 
 
+def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
+    """The values of a binary column of equal-width rows, concatenated as one flat NumPy array
+    (zero-copy for a single chunk)."""
+    parts = []
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32, len(chunk) + 1, chunk.offset * 4)
+        data = chunk.buffers()[2]
+        parts.append(np.frombuffer(data, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])))
+    raw = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
+    return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
+
+
 def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None) -> np.ndarray | None:
     col = table.column(column)
     cell = col.slice(row, 1)
@@ -229,7 +243,7 @@ class Dataset:
             nc = scalar["num_config_nodes"]
             record.node_config_ids = _list_cell(g, "node_config_ids", row)
             record.node_splits = _list_cell(g, "node_splits", row)
-            record.config_codes = _flat(configs.column("codes")).reshape(-1, nc, 3)
+            record.config_codes = binary_rows(configs.column("codes")).reshape(-1, nc, 3)
         else:
             record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count

@@ -21,7 +21,7 @@ SCHEMA_VERSION = "1.0"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVES = {
-    "string": pa.string(), "bool": pa.bool_(),
+    "string": pa.string(), "binary": pa.binary(), "bool": pa.bool_(),
     "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
     "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
     "float32": pa.float32(), "float64": pa.float64(),

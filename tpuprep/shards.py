@@ -60,6 +60,25 @@ def repeated_string(value: str, count: int) -> pa.Array:
     return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data * count))
 
 
+def fixed_width_binary(rows: np.ndarray, max_chunk_bytes: int = 1 << 30) -> pa.ChunkedArray:
+    """A binary column whose value i is the little-endian bytes of ``rows[i]`` (rows: (k, w) array).
+
+    Built from buffers without per-row Python work, in chunks of ≤ ``max_chunk_bytes`` so that int32
+    offsets never overflow.
+    """
+    rows = np.ascontiguousarray(rows, dtype=rows.dtype.newbyteorder("<"))
+    k = rows.shape[0]
+    width = rows.shape[1] * rows.dtype.itemsize if rows.ndim == 2 else 0
+    step = max(1, max_chunk_bytes // max(width, 1))
+    chunks = []
+    for start in range(0, k, step):
+        part = rows[start : start + step]
+        offsets = np.arange(len(part) + 1, dtype=np.int32) * np.int32(width)
+        chunks.append(pa.Array.from_buffers(pa.binary(), len(part),
+                                            [None, pa.py_buffer(offsets), pa.py_buffer(part)]))
+    return pa.chunked_array(chunks, type=pa.binary())
+
+
 def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     if values is None:
         return pa.nulls(1, type=dtype)
@@ -112,13 +131,16 @@ def config_table(g: ConvertedGraph) -> pa.Table:
         "first_index": pa.array(g.first_index, pa.int32()),
     }
     if kind == "layout":
-        nc = g.codes.shape[1]
-        columns["codes"] = list_column(g.codes, np.full(u, nc), schema.field("codes").type)
+        columns["codes"] = fixed_width_binary(g.codes.reshape(u, -1))
     else:
         columns["normalizer"] = pa.nulls(u, pa.int64()) if g.normalizer is None else pa.array(g.normalizer, pa.int64())
         columns["config_feat"] = pa.FixedSizeListArray.from_arrays(
             pa.array(np.ascontiguousarray(g.config_feat).reshape(-1), pa.float32()), 24)
-    return pa.Table.from_arrays([columns[f.name] for f in schema], schema=schema)
+    return pa.Table.from_arrays([_chunked(columns[f.name]) for f in schema], schema=schema)
+
+
+def _chunked(array: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
 
 
 # --------------------------------------------------------------------------- files
