@@ -1,0 +1,69 @@
+"""The floor: stream-inflate every member of every file and discard the bytes (no other work).
+
+``python -m benchmarks.floor DIR [--backend zlib|isal]``. With ``zlib`` this is ``zipfile`` itself
+(stdlib inflate + CRC check), what any npz reader must pay; ``isal`` is the same with ISA-L, the
+inflater tpuprep uses. Prints the inflated byte count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import zipfile
+from pathlib import Path
+
+BLOCK = 16 << 20
+
+
+def inflate_zipfile(path: Path) -> int:
+    total = 0
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            with zf.open(info) as fh:
+                while data := fh.read(BLOCK):
+                    total += len(data)
+    return total
+
+
+def inflate_isal(path: Path) -> int:
+    from isal import isal_zlib
+
+    total = 0
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
+        for info in zf.infolist():
+            fh.seek(info.header_offset)
+            head = fh.read(30)
+            name_len, extra_len = struct.unpack("<HH", head[26:30])
+            fh.seek(info.header_offset + 30 + name_len + extra_len)
+            remaining = info.compress_size
+            d = isal_zlib.decompressobj(-15)
+            crc = 0
+            while remaining:
+                data = fh.read(min(1 << 20, remaining))
+                remaining -= len(data)
+                while data:
+                    out = d.decompress(data, BLOCK)
+                    data = d.unconsumed_tail
+                    crc = isal_zlib.crc32(out, crc)
+                    total += len(out)
+            while out := d.decompress(b"", BLOCK):
+                crc = isal_zlib.crc32(out, crc)
+                total += len(out)
+    return total
+
+
+def files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.npz") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root", type=Path)
+    ap.add_argument("--backend", choices=["zlib", "isal"], default="zlib")
+    args = ap.parse_args()
+    fn = inflate_zipfile if args.backend == "zlib" else inflate_isal
+    print(sum(fn(p) for p in files(args.root)))
+
+
+if __name__ == "__main__":
+    main()
