@@ -151,6 +151,9 @@ class Dataset:
 
     def __init__(self, root: str | Path, cache_row_groups: int = 4):
         self.root = Path(root)
+        if not (self.root / "manifest.json").is_file():
+            raise FileNotFoundError(f"{self.root} has no manifest.json: not a finished tpuprep build "
+                                    "(an interrupted build is finished with tpuprep build --resume)")
         self.manifest = read_manifest(self.root)
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
         self._cache: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
