@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .convert import BuildOptions, convert_file
+from .convert import BuildOptions, ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
 from .inputs import InputFile, discover
@@ -46,46 +46,86 @@ class BuildReport:
         return [r for r in self.records if r["status"] != "ok"]
 
 
-def _sidecar(staging: Path, inp: InputFile) -> Path:
-    return staging / "parts" / (inp.relpath[: -len(".npz")] + ".json")
+TILE_BATCH_FILES = 64
+TILE_BATCH_BYTES = 32 << 20
 
 
-def process_file(inp: InputFile, opts: BuildOptions, staging: str) -> dict:
-    """The per-file task: convert, write parts and sidecar; returns a small record (no arrays)."""
-    staging_path = Path(staging)
+def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
+    """Group sorted inputs into tasks: one per layout file, runs of up to 64 tile files (≤ 32 MB) of
+    the same split. Deterministic, and a batch never spans two (collection, split) groups."""
+    batches: list[list[InputFile]] = []
+    for inp in inputs:
+        last = batches[-1] if batches else None
+        if (inp.kind == "tile" and last and last[0].kind == "tile" and last[0].split == inp.split
+                and len(last) < TILE_BATCH_FILES and sum(i.size for i in last) + inp.size <= TILE_BATCH_BYTES):
+            last.append(inp)
+        else:
+            batches.append([inp])
+    return batches
+
+
+def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
+    return staging / "parts" / (batch[0].relpath[: -len(".npz")] + ".json")
+
+
+def _fingerprint(batch: list[InputFile], opts: BuildOptions) -> dict:
+    """What must be unchanged for a finished batch to be reused by --resume."""
+    return {"options": opts.fingerprint(),
+            "files": [[i.relpath, i.size, i.path.stat().st_mtime_ns] for i in batch]}
+
+
+def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGraph | None]:
     record: dict = {"path": inp.relpath, "graph_id": inp.graph_id, "collection": inp.collection,
-                    "kind": inp.kind, "split": inp.split, "bytes": inp.size,
-                    "mtime_ns": inp.path.stat().st_mtime_ns, "options": opts.fingerprint()}
+                    "kind": inp.kind, "split": inp.split, "bytes": inp.size}
     try:
         record["sha256"] = sha256_file(inp.path)
         g = convert_file(inp, opts, record["sha256"])
-        parts = write_parts(g, staging_path, opts.row_group_bytes, opts.compression_level)
-        checkpoint("part")
-        record |= {
-            "status": "ok", "warnings": list(g.warnings), "parts": parts.__dict__,
-            "moments": g.feature_moments(),
-            "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
-                       "nodes_before": g.num_nodes_original, "nodes_after": len(g.node_index),
-                       "edges_before": g.num_edges_original, "edges_after": len(g.edge_index),
-                       "bytes_in": inp.size, "anomalies": g.num_repad_anomalies},
-        }
     except BadInput as exc:
-        record |= {"status": "quarantined", "key": exc.key, "error": exc.problem}
+        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None
     except (MemoryError, OSError, ValueError, IndexError, TypeError, KeyError) as exc:
         # not foreseen by validation: still one line about this file, and the batch goes on
-        record |= {"status": "quarantined", "key": None,
-                   "error": f"{type(exc).__name__}: {exc}",
-                   "traceback": traceback.format_exc(limit=8)}
-    sidecar = _sidecar(staging_path, inp)
+        return record | {"status": "quarantined", "key": None, "error": f"{type(exc).__name__}: {exc}",
+                         "traceback": traceback.format_exc(limit=8)}, None
+    record |= {
+        "status": "ok", "warnings": list(g.warnings), "moments": g.feature_moments(),
+        "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
+                   "nodes_before": g.num_nodes_original, "nodes_after": len(g.node_index),
+                   "edges_before": g.num_edges_original, "edges_after": len(g.edge_index),
+                   "bytes_in": inp.size, "anomalies": g.num_repad_anomalies},
+    }
+    return record, g
+
+
+def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> dict:
+    """The per-task work: convert each file, write the batch's parts and sidecar.
+
+    Returns a small dict (no arrays): {"fingerprint", "records": per-file records, "parts": PartFiles
+    as a dict or None when no file of the batch converted}.
+    """
+    staging_path = Path(staging)
+    fingerprint = _fingerprint(batch, opts)
+    records, graphs = [], []
+    for inp in batch:
+        record, g = _convert_one(inp, opts)
+        records.append(record)
+        if g is not None:
+            graphs.append(g)
+    parts = None
+    if graphs:
+        name = batch[0].relpath.rsplit("/", 1)[1][: -len(".npz")]
+        parts = write_parts(graphs, staging_path, name, opts.row_group_bytes).__dict__
+        checkpoint("part")
+    done = {"fingerprint": fingerprint, "records": records, "parts": parts}
+    sidecar = _sidecar(staging_path, batch)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(sidecar, record)
-    return record
+    write_json_atomic(sidecar, done, durable=False)
+    return done
 
 
-def merge_task(kind: str, collection: str, split: str, parts: list[tuple[str, dict]], staging: str,
+def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str,
                dst: str, opts: BuildOptions) -> list[dict]:
-    """Merge one (collection, split); returns shard records."""
-    infos = merge_parts(kind, collection, split, [(gid, PartFiles(**p)) for gid, p in parts],
+    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order)."""
+    infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
                         Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
                         row_group_bytes=opts.row_group_bytes, compression_level=opts.compression_level)
     return [i.__dict__ for i in infos]
@@ -114,19 +154,18 @@ def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
     dst.mkdir(parents=True, exist_ok=True)
 
 
-def _reusable(inp: InputFile, opts: BuildOptions, staging: Path) -> dict | None:
-    sidecar = _sidecar(staging, inp)
+def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path) -> dict | None:
+    """The finished result of this exact batch from an interrupted build, if its parts are intact."""
     try:
-        record = json.loads(sidecar.read_text())
+        done = json.loads(_sidecar(staging, batch).read_text())
     except (OSError, ValueError):
         return None
-    stat = inp.path.stat()
-    if (record.get("options") != opts.fingerprint() or record.get("bytes") != stat.st_size
-            or record.get("mtime_ns") != stat.st_mtime_ns):
+    if done.get("fingerprint") != _fingerprint(batch, opts):
         return None
-    if record["status"] == "ok" and not all((staging / record["parts"][k]).exists() for k in ("graphs", "configs")):
+    parts = done.get("parts")
+    if parts and not all((staging / parts[k]).exists() for k in ("graphs", "configs")):
         return None
-    return record
+    return done
 
 
 def _refused_record(exc: BadInput, src: Path) -> dict:
@@ -176,25 +215,27 @@ def build(
     staging.mkdir(exist_ok=True)
     runner = runner or SerialRunner()
 
-    records: dict[str, dict] = {}
+    results: list[dict] = []
     pending = []
-    for inp in inputs:
-        done = _reusable(inp, opts, staging) if resume else None
-        if done is not None:
-            records[inp.relpath] = done
-            notify("file", done)
-        else:
-            pending.append(inp)
-    futures = {runner.submit(process_file, inp, opts, str(staging)): inp for inp in pending}
+    for batch in plan_batches(inputs):
+        done = _reusable(batch, opts, staging) if resume else None
+        if done is None:
+            pending.append(batch)
+            continue
+        results.append(done)
+        for record in done["records"]:
+            notify("file", record)
+    futures = [runner.submit(process_batch, batch, opts, str(staging)) for batch in pending]
     for fut in runner.as_completed(futures):
-        record = fut.result()
-        records[record["path"]] = record
-        notify("file", record)
+        done = fut.result()
+        results.append(done)
+        for record in done["records"]:
+            notify("file", record)
 
-    groups: dict[tuple[str, str, str], list[tuple[str, dict]]] = {}
-    for r in sorted(records.values(), key=lambda r: r["graph_id"]):
-        if r["status"] == "ok":
-            groups.setdefault((r["kind"], r["collection"], r["split"]), []).append((r["graph_id"], r["parts"]))
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for done in sorted((d for d in results if d["parts"]), key=lambda d: d["parts"]["graph_ids"][0]):
+        first = next(r for r in done["records"] if r["status"] == "ok")
+        groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
     for kind in ("layout", "tile"):  # outputs of a previous build that this one does not produce
         if (dst / kind).exists():
             shutil.rmtree(dst / kind)
@@ -206,7 +247,8 @@ def build(
         notify("merged", {})
     shards.sort(key=lambda s: s["path"])
 
-    all_records = sorted([*records.values(), *refused_records], key=lambda r: r["path"])
+    records = [r for d in results for r in d["records"]]
+    all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
     manifest = build_manifest(opts, all_records, shards)
     with open(dst / f".{QUARANTINE}.tmp", "w") as fh:
         for q in manifest["quarantine"]:

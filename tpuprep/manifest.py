@@ -34,14 +34,19 @@ def library_versions() -> dict[str, str]:
             "numba": numba.__version__, "pyarrow": pyarrow.__version__}
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to a temporary name in the same folder, fsync, then rename over ``path``."""
+def write_json_atomic(path: Path, obj, durable: bool = True) -> None:
+    """Write JSON to a temporary name in the same folder, then rename over ``path``.
+
+    ``durable`` also fsyncs before the rename (the manifest); staging sidecars skip it: after a power
+    loss an unreadable sidecar only means that batch is converted again.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as fh:
         json.dump(obj, fh, indent=1, sort_keys=False, allow_nan=False)
         fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     if path.name == MANIFEST:
         checkpoint("manifest")
     os.replace(tmp, path)

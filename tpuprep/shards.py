@@ -1,7 +1,7 @@
 """Writing Parquet/zstd shards: one part per graph from the workers, then a deterministic merge.
 
-A build has two phases. Each file's worker writes its graph's ``graphs`` row and ``configs`` rows as
-*part* files (``<dst>/.tpuprep/parts/...``). Then, per (collection, split), the parts are merged in
+A build has two phases. Each task converts one layout file or a batch of tile files and writes the
+graphs' ``graphs`` rows and ``configs`` rows as *part* files (Arrow IPC, ``<dst>/.tpuprep/parts/...``). Then, per (collection, split), the parts are merged in
 graph-id order into the final shards ``<dst>/<collection path>/{graphs,configs}/<split>-0000i-of-0000N``.
 Because every part depends only on its input file and the options, and the merge only on the sorted
 parts, the shards are byte-identical whatever the number of workers or the order they finished in.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .convert import ConvertedGraph
@@ -166,15 +167,23 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
+
+
 @dataclass
 class PartFiles:
-    """The two part files of one graph (paths relative to the build's staging folder)."""
+    """The two part files of a batch of graphs of one (collection, split), in graph-id order.
+
+    Arrow IPC files (LZ4), cheap to write and read back; paths are relative to the staging folder.
+    ``graphs`` holds one record batch per graph; ``configs`` one or more record batches per graph,
+    each at most one row group of the final shard.
+    """
 
     graphs: str
     configs: str
-    config_row_groups: int
-    graphs_bytes_uncompressed: int
-    configs_bytes_uncompressed: int
+    graph_ids: list[str]
+    graphs_bytes: int
+    configs_bytes: int
 
 
 def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
@@ -185,24 +194,38 @@ def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
     return max(1, budget_bytes // per_row)
 
 
-def write_parts(g: ConvertedGraph, staging: Path, row_group_bytes: int, compression_level: int) -> PartFiles:
-    """Write a graph's part files atomically (temporary name, then rename)."""
-    stem = g.inp.relpath[: -len(".npz")]
-    kind = g.inp.kind
-    out = {}
-    sizes = {}
-    for table_kind, table in (("graphs", graph_table(g)), ("configs", config_table(g))):
-        rel = f"parts/{stem}.{table_kind}.parquet"
-        path = staging / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _tmp(path)
-        with _writer(tmp, f"{kind}_{table_kind}", compression_level) as w:
-            w.write_table(table, row_group_size=rows_per_group(table, row_group_bytes))
-        os.replace(tmp, path)
-        out[table_kind] = rel
-        sizes[table_kind] = table.nbytes
-    groups = pq.ParquetFile(staging / out["configs"]).metadata.num_row_groups
-    return PartFiles(out["graphs"], out["configs"], groups, sizes["graphs"], sizes["configs"])
+def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    size = 0
+    with ipc.new_file(tmp, schema, options=PART_OPTIONS) as w:
+        for batch in batches:
+            w.write_batch(batch)
+            size += batch.nbytes
+    os.replace(tmp, path)
+    return size
+
+
+def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int) -> PartFiles:
+    """Write the part files of a batch of converted graphs (same kind, collection and split)."""
+    kind = graphs[0].inp.kind
+    folder = "parts/" + graphs[0].inp.relpath.rsplit("/", 1)[0]
+
+    def graph_batches() -> Iterator[pa.RecordBatch]:
+        for g in graphs:
+            yield from graph_table(g).to_batches()
+
+    def config_batches() -> Iterator[pa.RecordBatch]:
+        for g in graphs:
+            t = config_table(g)
+            step = rows_per_group(t, row_group_bytes)
+            for start in range(0, max(t.num_rows, 1), step):
+                yield from t.slice(start, step).combine_chunks().to_batches()
+
+    rel_g, rel_c = f"{folder}/{name}.graphs.arrow", f"{folder}/{name}.configs.arrow"
+    configs_bytes = _write_ipc(staging / rel_c, table_schema(f"{kind}_configs").arrow, config_batches())
+    graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, graph_batches())
+    return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, configs_bytes)
 
 
 @dataclass
@@ -250,17 +273,17 @@ def _batched(tables: Iterator[pa.Table], max_rows: int, max_bytes: int) -> Itera
         yield pa.concat_tables(batch)
 
 
-def _part_row_groups(staging: Path, rel: str) -> Iterator[pa.Table]:
-    pf = pq.ParquetFile(staging / rel)
-    for i in range(pf.metadata.num_row_groups):
-        yield pf.read_row_group(i)
+def _part_batches(staging: Path, rel: str) -> Iterator[pa.Table]:
+    with ipc.open_file(staging / rel) as reader:
+        for i in range(reader.num_record_batches):
+            yield pa.Table.from_batches([reader.get_batch(i)])
 
 
 def merge_parts(
     kind: str,
     collection: str,
     split: str,
-    parts: Sequence[tuple[str, PartFiles]],
+    parts: Sequence[PartFiles],
     staging: Path,
     dst: Path,
     *,
@@ -268,12 +291,12 @@ def merge_parts(
     row_group_bytes: int,
     compression_level: int,
 ) -> list[ShardInfo]:
-    """Merge the parts of one (collection, split), given as (graph_id, PartFiles) sorted by graph id."""
+    """Merge the parts of one (collection, split), given in graph-id order, into shards."""
     coll_dir = dst.joinpath(*collection.split(":"))
     infos: list[ShardInfo] = []
     for table_kind in ("graphs", "configs"):
         table = f"{kind}_{table_kind}"
-        sizes = [getattr(p, f"{table_kind}_bytes_uncompressed") for _, p in parts]
+        sizes = [getattr(p, f"{table_kind}_bytes") for p in parts]
         plan = plan_shards(sizes, shard_bytes)
         out_dir = coll_dir / table_kind
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -284,7 +307,7 @@ def merge_parts(
             rows = 0
             chosen = [parts[j] for j in members]
             with _writer(tmp, table, compression_level) as w:
-                pieces = (t for _, p in chosen for t in _part_row_groups(staging, getattr(p, table_kind)))
+                pieces = (t for p in chosen for t in _part_batches(staging, getattr(p, table_kind)))
                 if kind == "tile":
                     limit = (TILE_GRAPHS_ROW_GROUP_BYTES if table_kind == "graphs" else row_group_bytes)
                     max_rows = 1 << 30 if table_kind == "graphs" else TILE_CONFIGS_ROW_GROUP_ROWS
@@ -298,7 +321,7 @@ def merge_parts(
             infos.append(ShardInfo(
                 path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
                 rows=rows, row_groups=meta.num_row_groups, bytes=path.stat().st_size,
-                sha256=sha256_of(path), first_graph=chosen[0][0], last_graph=chosen[-1][0],
+                sha256=sha256_of(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
             ))
     return infos
 
