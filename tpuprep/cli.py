@@ -257,6 +257,15 @@ def verify(src, dst, collections, splits, quiet) -> None:
     sys.exit(EXIT_OK if report.ok else EXIT_FATAL)
 
 
+def _register_export_command() -> None:
+    from .export import export_cmd
+
+    main.add_command(export_cmd, "export")
+
+
+_register_export_command()
+
+
 def _register_training_commands() -> None:
     try:
         from .train.cli import evaluate_cmd, predict_cmd, train_cmd

@@ -1,0 +1,66 @@
+"""Load one graph from tpuprep shards with polars (no tpuprep needed).
+
+Usage: python read_polars.py SHARDS GRAPH_ID OUT  -> OUT/<name>.npy, names as in tpuprep's GraphRecord.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+GRAPH_ARRAYS = ["node_feat", "node_opcode", "edge_index", "node_index", "node_config_ids", "node_splits",
+                "config_inverse", "config_runtime_original", "config_runtime_normalizers_original"]
+CONFIG_ARRAYS = {"runtime": "config_runtime", "normalizer": "config_runtime_normalizers",
+                 "group_size": "group_size", "first_index": "first_index", "config_feat": "config_feat"}
+WIDTHS = {"node_feat": 140, "edge_index": 2, "config_feat": 24}
+
+
+def decode_base7(codes: np.ndarray) -> np.ndarray:
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
+    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
+    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+
+
+def read_rows(folder: Path, graph_id: str) -> pl.DataFrame:
+    """The graph's rows from every split's shards; the filter is pushed down to the Parquet scan."""
+    rows = pl.scan_parquet(folder / "*.parquet").filter(pl.col("graph_id") == graph_id).collect()
+    if rows.height == 0:
+        raise KeyError(f"no graph {graph_id!r} under {folder}")
+    return rows
+
+
+def to_numpy(series: pl.Series) -> np.ndarray:
+    """The leaf values of a (nested) List/Array column, flat. A column read from several row groups or
+    files has several chunks: rechunk first, then the conversion itself is zero-copy."""
+    while isinstance(series.dtype, pl.List | pl.Array):
+        series = series.explode() if isinstance(series.dtype, pl.List) else series.arr.explode()
+    return series.rechunk().to_numpy(allow_copy=False)
+
+
+def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
+    folder = Path(shards, *graph_id.rsplit(":", 1)[0].split(":"))  # layout/xla/random, tile/xla, ...
+    graph = read_rows(folder / "graphs", graph_id)
+    configs = read_rows(folder / "configs", graph_id).sort("config_id")
+    out = {}
+    for frame, names in ((graph, {n: n for n in GRAPH_ARRAYS}), (configs, CONFIG_ARRAYS)):
+        for column, name in names.items():
+            # skip null runtimes (test split): to_numpy would turn an int column with nulls into float64
+            if column in frame.columns and frame[column].null_count() == 0:
+                out[name] = to_numpy(frame[column])
+    for name, width in WIDTHS.items():
+        if name in out:
+            out[name] = out[name].reshape(-1, width)
+    if "codes" in configs.columns:  # layout: nc*3 little-endian int32 per config, as one binary value
+        width = 3 * graph["num_config_nodes"].item()
+        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, width), endianness="little")
+        out["config_codes"] = to_numpy(codes).reshape(configs.height, -1, 3)
+        out["node_config_feat"] = decode_base7(out["config_codes"])
+    return out
+
+
+if __name__ == "__main__":
+    shards, graph_id, out = sys.argv[1:4]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, array in load_graph(shards, graph_id).items():
+        np.save(Path(out, f"{name}.npy"), array)

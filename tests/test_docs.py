@@ -1,0 +1,247 @@
+"""The documentation that users read is generated or executed, never just written: docs/schema.md is
+rebuilt from schemas/, every code block of docs/readers.md is an example file that tests/test_readers.py
+runs, the type table matches what polars, DuckDB and HuggingFace report, and the dataset card loads with
+``datasets.load_dataset`` offline, with the split names and features it declares."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from test_readers import EXAMPLES, REPO, hf_env, require
+
+from tpuprep import schema_doc
+from tpuprep.card import HF_SPLITS, config_name, hf_features, render_card
+from tpuprep.manifest import read_manifest
+from tpuprep.schema import TABLES, manifest_schema, table_schema
+
+DOCS = REPO / "docs"
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
+
+
+# --------------------------------------------------------------------------- docs/schema.md
+
+
+def test_schema_md_is_up_to_date():
+    current = schema_doc.render_schema_reference()
+    assert (DOCS / "schema.md").read_text() == current, (
+        "docs/schema.md is out of date: run `python -m tpuprep.schema_doc > docs/schema.md`")
+
+
+def test_schema_doc_command(tmp_path, capsys):
+    """`python -m tpuprep.schema_doc` prints the reference; `--check FILE` fails on a stale or missing file."""
+    printed = subprocess.run([sys.executable, "-m", "tpuprep.schema_doc"], cwd=tmp_path, capture_output=True, text=True)
+    assert printed.returncode == 0 and printed.stdout == schema_doc.render_schema_reference()
+    assert schema_doc.main(["--check", str(DOCS / "schema.md")]) == 0
+    stale = tmp_path / "schema.md"
+    stale.write_text((DOCS / "schema.md").read_text().replace("| `graph_id` |", "| `graph` |", 1))
+    assert schema_doc.main(["--check", str(stale)]) == 1
+    assert schema_doc.main(["--check", str(tmp_path / "absent.md")]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+def test_schema_reference_covers_every_column_and_manifest_field():
+    text = schema_doc.render_schema_reference()
+    for name in TABLES:
+        ts = table_schema(name)
+        assert f"### `{name}`" in text and ts.description in text
+        for col in ts.columns:
+            row = f"| `{col['name']}` | `{col['type']}` | {'yes' if col['nullable'] else 'no'} |"
+            assert row in text, f"{name}.{col['name']} is missing or wrong in the reference"
+
+    def fields(node, path):
+        for key, child in node.get("properties", {}).items():
+            yield f"{path}.{key}" if path else key
+            yield from fields(child, f"{path}.{key}" if path else key)
+
+    for path in fields(manifest_schema(), ""):
+        assert f"| `{path}` |" in text, f"manifest field {path} is missing from the reference"
+
+
+# --------------------------------------------------------------------------- docs/readers.md
+
+
+def test_readers_md_blocks_are_the_example_files():
+    """Every code block of docs/readers.md names a file (```python file=examples/x.py) and equals it; every
+    example file is shown once."""
+    text = (DOCS / "readers.md").read_text()
+    shown = []
+    for info, body in FENCE.findall(text):
+        m = re.fullmatch(r"python file=(examples/read_\w+\.py)", info.strip())
+        assert m, f"code block ```{info} in docs/readers.md names no example file"
+        path = DOCS / m.group(1)
+        assert path.exists(), f"docs/readers.md shows {m.group(1)}, which does not exist"
+        assert body == path.read_text(), f"the block of {m.group(1)} in docs/readers.md differs from the file"
+        shown.append(path.name)
+    assert sorted(shown) == sorted(p.name for p in EXAMPLES.glob("read_*.py")), "readers.md must show each example once"
+
+
+def test_docs_links_resolve():
+    for page in DOCS.glob("*.md"):
+        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
+            assert (DOCS / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_export_md_lists_the_exported_keys():
+    from tpuprep.export import LAYOUT_KEY_ORDER, TILE_KEY_ORDER
+
+    rows = re.findall(r"^\| (layout|tile) \| `(\w+)` \|", (DOCS / "export.md").read_text(), re.M)
+    assert [k for kind, k in rows if kind == "layout"] == list(LAYOUT_KEY_ORDER)
+    assert [k for kind, k in rows if kind == "tile"] == list(TILE_KEY_ORDER)
+
+
+# --------------------------------------------------------------------------- types per stack
+
+
+def _first_shards(root: Path) -> dict[str, Path]:
+    """table name -> one shard file of that table."""
+    out = {}
+    for s in read_manifest(root)["shards"]:
+        out.setdefault(s["table"], root / s["path"])
+    assert sorted(out) == sorted(TABLES), sorted(out)
+    return out
+
+
+def test_type_table_matches_polars_and_duckdb(synth_shards):
+    import duckdb
+    import polars as pl
+
+    for table, path in _first_shards(synth_shards).items():
+        file_schema = pq.read_schema(path)
+        polars_schema = pl.scan_parquet(path).collect_schema()
+        con = duckdb.connect()
+        duck = {r[0]: r[1] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()}
+        for col in table_schema(table).columns:
+            name, typ = col["name"], col["type"]
+            assert file_schema.field(name).type == table_schema(table).arrow.field(name).type
+            assert str(polars_schema[name]) == schema_doc.polars_type(typ), (table, name, polars_schema[name])
+            assert duck[name] == schema_doc.duckdb_type(typ), (table, name, duck[name])
+
+
+def test_type_table_and_card_features_match_hf_datasets(synth_shards):
+    require("datasets")
+    from datasets import Features
+
+    for table, path in _first_shards(synth_shards).items():
+        features = Features.from_arrow_schema(pq.read_schema(path))
+        assert Features._from_yaml_list(hf_features(table)) == features, table
+        for col in table_schema(table).columns:
+            assert repr(features[col["name"]]) == schema_doc.hf_type(col["type"]), (table, col["name"])
+
+
+# --------------------------------------------------------------------------- the dataset card
+
+
+def _front_matter(card: str) -> dict:
+    m = re.match(r"---\n(.*?)\n---\n", card, re.S)
+    assert m, "the card has no YAML front matter"
+    return yaml.safe_load(m.group(1))
+
+
+def test_card_is_written_by_build_and_reproducible(synth_shards):
+    manifest = read_manifest(synth_shards)
+    card = (synth_shards / "README.md").read_text()
+    assert card == render_card(manifest, synth_shards)
+    assert render_card(manifest) == render_card(json.loads(json.dumps(manifest)))
+
+
+def test_card_configs_cover_every_shard_once(synth_shards):
+    manifest = read_manifest(synth_shards)
+    meta = _front_matter((synth_shards / "README.md").read_text())
+    assert meta["license"] and meta["pretty_name"] and meta["task_categories"] == ["graph-ml"]
+    expected = {config_name(c, t) for c in manifest["collections"] for t in ("graphs", "configs")}
+    assert {c["config_name"] for c in meta["configs"]} == expected
+    info = {i["config_name"]: i for i in meta["dataset_info"]}
+    assert set(info) == expected
+    covered = []
+    reverse = {v: k for k, v in HF_SPLITS.items()}
+    for conf in meta["configs"]:
+        splits = [f["split"] for f in conf["data_files"]]
+        assert set(splits) <= {"train", "validation", "test"} and len(set(splits)) == len(splits)
+        assert re.fullmatch(r"\w+", conf["config_name"])
+        rows = {s["name"]: s["num_examples"] for s in info[conf["config_name"]]["splits"]}
+        for f in conf["data_files"]:
+            files = sorted(p.relative_to(synth_shards).as_posix() for p in synth_shards.glob(f["path"]))
+            assert files, f"{conf['config_name']}/{f['split']}: {f['path']} matches nothing"
+            listed = [s for s in manifest["shards"] if s["path"] in files]
+            assert len(listed) == len(files), "a data_files glob matches a file that is not a shard"
+            assert {s["split"] for s in listed} == {reverse[f["split"]]}
+            assert rows[f["split"]] == sum(s["rows"] for s in listed)
+            covered += files
+    assert sorted(covered) == sorted(s["path"] for s in manifest["shards"]), "every shard in exactly one config"
+
+
+HF_CARD_SCRIPT = r"""
+import json, sys
+from datasets import load_dataset
+root, configs = sys.argv[1], json.loads(sys.argv[2])
+out = {}
+for name, files in configs.items():
+    by_card = load_dataset(root, name)
+    by_files = load_dataset("parquet", data_files=files)
+    out[name] = {
+        "splits": sorted(by_card), "rows": {s: by_card[s].num_rows for s in by_card},
+        "same_as_data_files": all(by_card[s].num_rows == by_files[s].num_rows
+                                  and by_card[s].features == by_files[s].features for s in by_card),
+        "features": repr(by_card[next(iter(by_card))].features),
+    }
+try:
+    load_dataset(root)
+    out["no_config"] = "loaded"
+except ValueError as exc:
+    out["no_config"] = str(exc)
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_card_loads_with_hf_datasets_offline(synth_shards, tmp_path):
+    """``load_dataset(<shard folder>, <config>)`` uses the card's data_files and split names, offline, and
+    gives the same rows and features as ``load_dataset("parquet", data_files=...)``."""
+    require("datasets")
+    meta = _front_matter((synth_shards / "README.md").read_text())
+    configs = {c["config_name"]: {f["split"]: str(synth_shards / f["path"]) for f in c["data_files"]}
+               for c in meta["configs"]}
+    proc = subprocess.run([sys.executable, "-c", HF_CARD_SCRIPT, str(synth_shards), json.dumps(configs)],
+                          cwd=tmp_path, env=hf_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.split("RESULT", 1)[1])
+    info = {i["config_name"]: {s["name"]: s["num_examples"] for s in i["splits"]} for i in meta["dataset_info"]}
+    for name in configs:
+        assert result[name]["splits"] == sorted(configs[name]), name
+        assert result[name]["rows"] == info[name], name
+        assert result[name]["same_as_data_files"], name
+    assert "validation" in {s for c in configs.values() for s in c}, "the synthetic tree has valid files"
+    assert "Config name is missing" in result["no_config"]
+
+
+def test_card_dataset_info_is_enforced_by_hf_datasets(synth_shards, tmp_path):
+    """datasets checks the card's num_examples: a card that lies about a split fails to load (so the
+    dataset_info block is really read, not ignored)."""
+    require("datasets")
+    copy = tmp_path / "shards"
+    shutil.copytree(synth_shards, copy)
+    card = (copy / "README.md").read_text()
+    meta = _front_matter(card)
+    name = meta["dataset_info"][0]["config_name"]
+    rows = meta["dataset_info"][0]["splits"][0]["num_examples"]
+    head, rest = card.split(f"config_name: {name}\n  features:", 1)
+    rest = rest.replace(f"num_examples: {rows}\n", f"num_examples: {rows + 1}\n", 1)
+    (copy / "README.md").write_text(head + f"config_name: {name}\n  features:" + rest)
+    script = ("import sys\nfrom datasets import load_dataset\n"
+              "load_dataset(sys.argv[1], sys.argv[2])\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(copy), name], cwd=tmp_path, env=hf_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "NonMatchingSplitsSizesError" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_card_split_names(split):
+    assert re.fullmatch(r"\w+", HF_SPLITS[split])
+    assert HF_SPLITS[split] == {"valid": "validation"}.get(split, split)
