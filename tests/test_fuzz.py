@@ -4,6 +4,7 @@ a converted graph or one clean ``BadInput`` — never another exception, never a
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from tpuprep.convert import BuildOptions, convert_file
 from tpuprep.errors import BadInput
 from tpuprep.inputs import InputFile
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# bounded in CI; TPUPREP_FUZZ_EXAMPLES=5000 for a longer campaign
+FUZZ = settings(max_examples=int(os.environ.get("TPUPREP_FUZZ_EXAMPLES", "150")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 DTYPES = [np.int8, np.uint8, np.int32, np.int64, np.uint64, np.float16, np.float32, np.float64, np.complex64, np.bool_]
 
 
