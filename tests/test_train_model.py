@@ -1,0 +1,226 @@
+"""Hand-written backward passes of tpuprep.train checked against finite differences (float64)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from train_fakes import make_fake_dataset, make_layout_graph, make_tile_graph
+
+from tpuprep.train.baseline import violation_ratio
+from tpuprep.train.features import (
+    Csr,
+    clean_stats,
+    derived_config_features,
+    grow_regions,
+    prepare_graph,
+    tile_config_features,
+)
+from tpuprep.train.kernels import config_embed_gather, config_embed_scatter
+from tpuprep.train.losses import pairwise_loss
+from tpuprep.train.model import (
+    ModelConfig,
+    backward,
+    forward,
+    gelu_grad,
+    gelu_pair,
+    gelu_ref,
+    init_params,
+    reference_layout_scores,
+)
+from tpuprep.train.optim import AdamW, lr_at
+
+EPS = 1e-6
+
+
+def stats_of(graphs):
+    f = np.concatenate([g.node_feat[:, :134].astype(np.float64) for g in graphs])
+    return clean_stats(f.mean(axis=0), f.std(axis=0))
+
+
+@pytest.fixture(scope="module")
+def layout_graph():
+    rng = np.random.default_rng(11)
+    return make_layout_graph(rng, "layout:xla:random", "g", "train", n_nodes=18, n_cfg=4, n_unique=12)
+
+
+@pytest.fixture(scope="module")
+def tile_graph():
+    return make_tile_graph(np.random.default_rng(12), "t", "train", n_nodes=7, n_configs=10)
+
+
+def numeric_check(params, fn, grads, rng, per_param=6, tol=2e-5):
+    """Compare analytic grads with central differences on random entries of every parameter."""
+    for name, p in params.items():
+        flat = p.reshape(-1)
+        for idx in rng.choice(flat.size, size=min(per_param, flat.size), replace=False):
+            old = flat[idx]
+            flat[idx] = old + EPS
+            up = fn()
+            flat[idx] = old - EPS
+            down = fn()
+            flat[idx] = old
+            num = (up - down) / (2 * EPS)
+            ana = grads[name].reshape(-1)[idx]
+            assert abs(num - ana) <= tol * max(1.0, abs(num), abs(ana)), (name, idx, num, ana)
+
+
+@pytest.mark.parametrize(("layers", "derived", "chunk"), [(1, False, None), (2, True, 3), (3, True, None)])
+def test_layout_backward_matches_finite_differences(layout_graph, layers, derived, chunk):
+    mean, std = stats_of([layout_graph])
+    cfg = ModelConfig("layout", hidden=6, head_hidden=5, layers=layers, dtype="float64", derived=derived)
+    pg = prepare_graph(layout_graph, "layout", mean, std, layers, np.float64)
+    params = init_params(cfg, 3)
+    vals = layout_graph.node_config_feat(np.arange(7))
+    w = np.random.default_rng(1).standard_normal(7)
+    _, cache = forward(params, pg, vals, cfg, chunk=chunk)
+    assert len(cache.chunks) == (1 if chunk is None else 3)
+    grads = backward(params, pg, cache, w, cfg)
+    assert set(grads) == set(params)
+    numeric_check(params, lambda: float(forward(params, pg, vals, cfg, keep=False)[0] @ w), grads,
+                  np.random.default_rng(2))
+
+
+def test_tile_backward_matches_finite_differences(tile_graph):
+    mean, std = stats_of([tile_graph])
+    cfg = ModelConfig("tile", hidden=6, head_hidden=5, layers=2, dtype="float64")
+    pg = prepare_graph(tile_graph, "tile", mean, std, 2, np.float64)
+    params = init_params(cfg, 4)
+    feats = tile_config_features(tile_graph.config_feat, np.float64)
+    w = np.random.default_rng(1).standard_normal(len(feats))
+    _, cache = forward(params, pg, feats, cfg)
+    grads = backward(params, pg, cache, w, cfg)
+    numeric_check(params, lambda: float(forward(params, pg, feats, cfg, keep=False)[0] @ w), grads,
+                  np.random.default_rng(5))
+
+
+def test_full_chain_with_ranknet_loss(layout_graph):
+    mean, std = stats_of([layout_graph])
+    cfg = ModelConfig("layout", hidden=4, head_hidden=4, layers=2, dtype="float64")
+    pg = prepare_graph(layout_graph, "layout", mean, std, 2, np.float64)
+    params = init_params(cfg, 9)
+    rows = np.arange(8)
+    vals = layout_graph.node_config_feat(rows)
+    target = layout_graph.config_runtime[rows]
+
+    def loss_fn():
+        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, "ranknet")[0]
+
+    scores, cache = forward(params, pg, vals, cfg)
+    _, ds = pairwise_loss(scores, target, "ranknet")
+    numeric_check(params, loss_fn, backward(params, pg, cache, ds, cfg), np.random.default_rng(3))
+
+
+@pytest.mark.parametrize("kind", ["hinge", "ranknet"])
+def test_pairwise_loss_gradient(kind):
+    rng = np.random.default_rng(0)
+    s = rng.standard_normal(12) * 0.7
+    t = rng.integers(0, 5, 12)  # ties in the target are not pairs
+    loss, g = pairwise_loss(s, t, kind)
+    for i in range(12):
+        e = np.zeros(12)
+        e[i] = EPS
+        num = (pairwise_loss(s + e, t, kind)[0] - pairwise_loss(s - e, t, kind)[0]) / (2 * EPS)
+        assert g[i] == pytest.approx(num, abs=1e-6)
+    # definition check for the hinge
+    if kind == "hinge":
+        i, j = np.nonzero(t[:, None] > t[None, :])
+        assert loss == pytest.approx(np.maximum(0, 1 - (s[i] - s[j])).mean())
+    assert pairwise_loss(np.zeros(3), np.ones(3), kind) == (0.0, pytest.approx(np.zeros(3)))
+
+
+def test_gelu_kernel_matches_reference():
+    x = np.linspace(-6, 6, 1001)
+    y, dy = gelu_pair(x)
+    np.testing.assert_allclose(y, gelu_ref(x), rtol=1e-12, atol=1e-14)
+    num = (gelu_ref(x + EPS) - gelu_ref(x - EPS)) / (2 * EPS)
+    np.testing.assert_allclose(dy, num, atol=1e-8)
+    np.testing.assert_allclose(gelu_grad(x.astype(np.float32)), dy, atol=1e-5)
+
+
+def test_region_shortcut_equals_full_forward(layout_graph):
+    mean, std = stats_of([layout_graph])
+    for layers in (1, 2):
+        cfg = ModelConfig("layout", hidden=8, head_hidden=6, layers=layers, dtype="float64")
+        pg = prepare_graph(layout_graph, "layout", mean, std, layers, np.float64)
+        params = init_params(cfg, 1)
+        vals = layout_graph.node_config_feat()
+        fast = forward(params, pg, vals, cfg, keep=False)[0]
+        np.testing.assert_allclose(fast, reference_layout_scores(params, pg, vals, cfg), rtol=1e-10,
+                                   atol=1e-12)
+
+
+def test_regions_and_operators(layout_graph):
+    g = layout_graph
+    n = g.node_feat.shape[0]
+    regions = grow_regions(g.edge_index, n, g.node_config_ids, 2)
+    assert np.array_equal(regions[0], g.node_config_ids)
+    for a, b in itertools.pairwise(regions):
+        assert np.array_equal(b[: len(a)], a) and len(set(b.tolist())) == len(b)
+    pg = prepare_graph(g, "layout", *stats_of([g]), 2, np.float64)
+    dense_in = pg.p_in.dense()
+    for u, v in g.edge_index:
+        assert dense_in[u, v] > 0
+    rows_with_edges = dense_in.sum(axis=1) > 0
+    np.testing.assert_allclose(dense_in.sum(axis=1)[rows_with_edges], 1.0)
+    np.testing.assert_allclose(pg.p_in_t.dense(), dense_in.T)
+    sub = pg.sub_in[2].dense()
+    np.testing.assert_allclose(sub, dense_in[np.ix_(pg.regions[2], pg.regions[1])])
+    x = np.random.default_rng(0).standard_normal((3, n, 4))
+    np.testing.assert_allclose(pg.p_out.apply(x), np.einsum("ij,bjh->bih", pg.p_out.dense(), x))
+    empty = Csr.from_coo(np.zeros(0), np.zeros(0), np.zeros(0), 0, 3)
+    assert empty.apply(np.ones((2, 3, 4))).shape == (2, 0, 4)
+
+
+def test_config_embedding_kernels():
+    rng = np.random.default_rng(0)
+    vals = rng.integers(-1, 6, (4, 3, 18)).astype(np.int8)
+    table = rng.standard_normal((18, 7, 5))
+    out = np.empty((4, 3, 5))
+    config_embed_gather(vals, table, out)
+    expect = table[np.arange(18)[None, None], vals.astype(np.int64) + 1].sum(axis=2)
+    np.testing.assert_allclose(out, expect)
+    gout = rng.standard_normal((4, 3, 5))
+    gtab = np.zeros_like(table)
+    config_embed_scatter(vals, gout, gtab)
+    # adjoint identity: <gather(T), G> == <T, scatter(G)>
+    assert np.sum(out * gout) == pytest.approx(np.sum(table * gtab))
+
+
+def test_derived_features_and_violation_ratio(layout_graph):
+    g = layout_graph
+    pg = prepare_graph(g, "layout", *stats_of([g]), 1, np.float64)
+    vals = g.node_config_feat()
+    feats, viol = derived_config_features(pg, vals, np.float64)
+    assert feats.shape == (len(vals), len(g.node_config_ids), 6)
+    np.testing.assert_allclose(viol, violation_ratio(g))
+    # hand-computed violation of config 0
+    nf = g.node_feat[g.node_config_ids]
+    v0 = vals[0].astype(np.int64)
+    minor = np.where(v0[:, 0] >= 0, v0[:, 0], nf[:, 134].astype(np.int64))
+    assert violation_ratio(g, np.array([0]))[0] == pytest.approx(np.mean(minor != nf[:, 21:27].argmax(1)))
+
+
+def test_violation_ratio_correlates_on_fake_data():
+    from tpuprep.train.metrics import expand_to_original, kendall_tau
+
+    ds = make_fake_dataset(1, n_train=2, n_valid=0, n_test=0, tile=False)
+    for gid in ds.graph_ids("layout:xla:random"):
+        g = ds.load_graph(gid)
+        vr = expand_to_original(violation_ratio(g), g.config_inverse)
+        assert kendall_tau(vr, g.config_runtime_original) > 0.2
+
+
+def test_init_is_seeded_and_adam_moves_downhill():
+    cfg = ModelConfig("layout", hidden=8, head_hidden=8)
+    a, b, c = init_params(cfg, 1), init_params(cfg, 1), init_params(cfg, 2)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not all(np.array_equal(a[k], c[k]) for k in a)
+    p = {"w": np.array([[3.0, -2.0]])}
+    opt = AdamW(p, weight_decay=0.0, clip_norm=None)
+    for _ in range(300):
+        opt.step(p, {"w": 2 * p["w"]}, 0.05)
+    assert np.abs(p["w"]).max() < 0.1
+    assert lr_at(0, 100, 1.0) < lr_at(5, 100, 1.0) == pytest.approx(1.0)
+    assert lr_at(99, 100, 1.0) < 0.1

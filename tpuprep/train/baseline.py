@@ -1,0 +1,66 @@
+"""The training-free "violation ratio" heuristic of seeds/002 (Karan et al.) §5.2, for comparison.
+
+The paper: TPU memory is tiled in 128×8 chunks, so a tensor whose largest dimension is not on the
+128-lane side pads and slows down; the violation ratio of a configuration is "the fraction of times
+over all configurable nodes that the largest dimension size of the tensor is not first in the
+major-to-minor ordering", and it correlates positively with runtime.
+
+Our reading, written down because the paper leaves it open:
+* only the **output** tensor of each configurable node is scored (node_feat holds the output shape,
+  cols 21–26; operand shapes are not recorded per node);
+* the layout is the config's output block (slots 0–5, minor-to-major); a block that is all −1 means
+  "compiler default", and then the node's own layout from node_feat cols 134–139 is used;
+* "aligned with the 128-side" is the **minor-most** position (slot 0 of minor_to_major), which is the
+  lane dimension of a TPU tile; ``position="major"`` scores the major-most position instead, the
+  literal "first in major-to-minor";
+* nodes of rank < 2, or without a usable layout, are not counted; a config with no counted node
+  scores 0. The score is the ratio itself (higher = predicted slower), so ties are common and τ-b
+  handles them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+POSITIONS = ("minor", "major")
+
+
+def _node_info(record: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per configurable node: largest output dim (nc,), rank (nc,), default layout (nc, 6)."""
+    cfg = np.asarray(record.node_config_ids, np.int64)
+    nf = np.asarray(record.node_feat)[cfg].astype(np.float64)
+    dims = nf[:, 21:27]
+    largest = dims.argmax(axis=1)
+    nonzero = dims > 0
+    rank = np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    default = np.rint(nf[:, 134:140]).astype(np.int64)
+    return largest, rank, default
+
+
+def violation_ratio(record: Any, rows: np.ndarray | None = None, position: str = "minor",
+                    chunk: int = 4096) -> np.ndarray:
+    """Violation ratio (k,) float64 of the unique-config ``rows`` of a layout GraphRecord (all if None)."""
+    if position not in POSITIONS:
+        raise ValueError(f"position must be one of {POSITIONS}")
+    c_u = int(np.asarray(record.group_size).shape[0])
+    rows = np.arange(c_u) if rows is None else np.asarray(rows, np.int64)
+    largest, rank, default = _node_info(record)
+    out = np.zeros(len(rows), np.float64)
+    if len(largest) == 0:
+        return out
+    for start in range(0, len(rows), chunk):
+        vals = np.asarray(record.node_config_feat(rows[start:start + chunk]), np.int64)[:, :, :6]
+        lay = np.where((vals[:, :, :1] >= 0), vals, default[None])  # (k, nc, 6)
+        n_set = (lay >= 0).sum(axis=2)  # (k, nc)
+        if position == "minor":
+            pos = lay[:, :, 0]
+        else:
+            idx = np.maximum(n_set - 1, 0)
+            pos = np.take_along_axis(lay, idx[:, :, None], axis=2)[:, :, 0]
+        counted = (rank[None] >= 2) & (pos >= 0)
+        viol = counted & (pos != largest[None])
+        n_counted = counted.sum(axis=1)
+        out[start:start + chunk] = np.where(n_counted > 0, viol.sum(axis=1) / np.maximum(n_counted, 1), 0.0)
+    return out

@@ -1,0 +1,157 @@
+"""Click commands ``tpuprep train``, ``tpuprep evaluate`` and ``tpuprep predict``.
+
+The main CLI registers :data:`train_cmd`, :data:`evaluate_cmd` and :data:`predict_cmd` in its group.
+The dataset reader is imported inside each command body (``tpuprep.open_dataset``), so importing this
+module costs nothing and never depends on the reader being importable.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .losses import LOSSES
+
+
+def _open(shards: str) -> Any:
+    import tpuprep
+
+    opener = getattr(tpuprep, "open_dataset", None)
+    if opener is None:
+        raise click.ClickException("tpuprep.open_dataset is not available in this installation")
+    try:
+        return opener(shards)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(f"cannot open shards at {shards}: {e}") from e
+
+
+def _load_models(paths: tuple[str, ...]) -> list[Any]:
+    from .ranker import Ranker
+
+    models = []
+    for p in paths:
+        try:
+            models.append(Ranker.load(p))
+        except (OSError, ValueError, KeyError) as e:
+            raise click.ClickException(f"cannot load model {p}: {e}") from e
+    colls = [m.collection for m in models]
+    dup = sorted({c for c in colls if colls.count(c) > 1})
+    if dup:
+        raise click.ClickException(f"more than one model for {', '.join(dup)}: give one per collection")
+    return models
+
+
+@click.command("train")
+@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Shards directory written by `tpuprep build`.")
+@click.option("--collection", required=True, help="Collection id, e.g. layout:xla:random or tile:xla.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Model path; writes OUT.npz (weights) and OUT.json (config).")
+@click.option("--epochs", default=20, show_default=True, type=click.IntRange(min=0))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
+              help="Unique configs sampled per graph and step (TGraph: 64–128).")
+@click.option("--lr", default=2e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--layers", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Message-passing steps.")
+@click.option("--derived/--no-derived", default=True, show_default=True,
+              help="Layout: add hand-made layout features and the violation ratio to the model.")
+@click.option("--loss", default="hinge", show_default=True, type=click.Choice(LOSSES))
+@click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--time-budget", default=None, type=click.FloatRange(min=0),
+              help="Stop after this many seconds of training (the model is still saved).")
+@click.option("--holdout-fold", default=None, type=click.IntRange(min=0),
+              help="Train on train+valid graphs outside this fold (ds.fold) and validate on it.")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Report a quick validation score after every epoch.")
+@click.option("--cache-graphs", default=None, type=click.IntRange(min=1),
+              help="Keep at most N graphs decoded in memory (default: all).")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
+              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, batch_configs: int,
+              lr: float, hidden: int, layers: int, derived: bool, loss: str, batches_per_graph: int,
+              time_budget: float | None, holdout_fold: int | None, validate: bool,
+              cache_graphs: int | None, threads: int, quiet: bool) -> None:
+    """Train a torch-free ranking model for one collection."""
+    from .trainer import TrainConfig, train
+
+    ds = _open(shards)
+    cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
+                      head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
+                      time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
+                      threads=threads or None, cache_graphs=cache_graphs)
+    try:
+        train(ds, collection, cfg, out=out, log=None if quiet else sys.stderr)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@click.command("evaluate")
+@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "models", required=True, multiple=True,
+              help="Model path (OUT of `tpuprep train`); repeat for several collections.")
+@click.option("--split", default="valid", show_default=True, help="A split with runtimes.")
+@click.option("--truth", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Synthetic truth directory (<synth_root>/truth): adds the oracle tau.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Write per_graph.csv, summary.json/.txt and PNG plots here.")
+@click.option("--baseline/--no-baseline", default=True, show_default=True,
+              help="Also score the training-free violation-ratio heuristic (layout).")
+@click.option("--max-graphs", default=None, type=click.IntRange(min=1),
+              help="Evaluate only the first N graphs of each collection.")
+@click.option("--max-configs", default=None, type=click.IntRange(min=2),
+              help="Layout: score a seeded sample of N unique configs (and their duplicates) per graph.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
+              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+@click.option("-q", "--quiet", is_flag=True, help="No per-graph progress on stderr.")
+def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | None,
+                 out_dir: str | None, baseline: bool, max_graphs: int | None,
+                 max_configs: int | None, threads: int, quiet: bool) -> None:
+    """Score models per graph and per collection (Kendall tau, OPA, slowdown, tile score)."""
+    from .evaluate import evaluate, format_table, write_outputs
+
+    ds = _open(shards)
+    rankers = _load_models(models)
+    try:
+        result = evaluate(ds, rankers, split=split, truth=truth, baseline=baseline,
+                          max_graphs=max_graphs, log=None if quiet else sys.stderr,
+                          threads=threads or None, max_configs=max_configs)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(format_table(result.summary))
+    if out_dir is not None:
+        for p in write_outputs(result, out_dir):
+            click.echo(f"wrote {p}", err=True)
+
+
+@click.command("predict")
+@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--split", default="test", show_default=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Submission CSV path.")
+@click.option("--model", "models", required=True, multiple=True,
+              help="Model path; one per collection, repeat the option.")
+@click.option("--check/--no-check", default=False, show_default=True,
+              help="Re-read the CSV and validate it against the dataset.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
+              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+def predict_cmd(shards: str, split: str, out: str, models: tuple[str, ...], check: bool,
+                threads: int) -> None:
+    """Write a Kaggle submission CSV (ID,TopConfigs) over ORIGINAL config indices."""
+    from .predict import validate_submission, write_submission
+
+    ds = _open(shards)
+    rankers = _load_models(models)
+    try:
+        n = write_submission(ds, rankers, out, split=split, threads=threads or None)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"wrote {n} rows to {out}", err=True)
+    if check:
+        problems = validate_submission(out, ds, split, [r.collection for r in rankers])
+        if problems:
+            raise click.ClickException("invalid submission:\n" + "\n".join(problems[:20]))
+        click.echo("submission is valid", err=True)

@@ -1,0 +1,291 @@
+"""Per-graph model inputs built once from a GraphRecord (SPEC §4): features, sparse operators, regions.
+
+Node input features (F = 177 columns, float):
+  * cols 0..133 of ``node_feat`` standardised with the collection's train statistics
+    ``(x − mean) / std`` (std ≤ 0 or non-finite → 1), clipped to ±``CLIP`` — except the −1-padded
+    sequences 31–36, 95–98, 101–104, which are small axis indices and stay as they are;
+  * cols 134..139 (layout_minor_to_major, −1-padded) as a 7-way one-hot each (values −1..5), 42 columns —
+    the same value space as the layout configuration slots;
+  * one flag column: 1.0 on configurable nodes.
+The opcode (0..120) goes through a learned embedding in the model.
+
+Message passing uses two row-normalised operators over the pruned edges ``[u, v]`` (u consumes v):
+``P_in`` averages over a node's producers (operands) and ``P_out`` over its consumers, so information
+flows in both directions with direction-specific weights.
+
+Regions (layout only): ``R_0`` = the configurable nodes, ``R_l = R_{l−1} ∪ N(R_{l−1})`` (undirected
+neighbours), each stored with ``R_{l−1}`` as its prefix. After l message-passing steps only nodes in
+``R_l`` depend on the configuration, so the model computes everything else once per graph and step,
+and per config only the rows of ``R_l`` (``sub_in[l]`` / ``sub_out[l]`` are the operators restricted to
+rows ``R_l`` and columns ``R_{l−1}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .kernels import csr_spmm_batched
+
+N_NUM = 134
+RAW_COLS = np.array([*range(31, 37), *range(95, 99), *range(101, 105)], np.int64)
+LAYOUT_COLS = np.arange(134, 140)
+N_LAYOUT_VALUES = 7  # −1..5
+N_FEAT = N_NUM + len(LAYOUT_COLS) * N_LAYOUT_VALUES + 1  # 177
+N_OPCODES = 128  # ids 0..120 in the data; anything else maps to 0 ("unknown")
+N_SLOTS = 18
+N_TILE_FEAT = 24
+N_DERIVED = 6
+CLIP = 10.0
+
+
+@dataclass(frozen=True)
+class Csr:
+    """A sparse (n_rows × n_cols) operator in CSR form: indptr (n_rows+1,) int64, indices / weights (nnz,)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    n_rows: int
+    n_cols: int
+
+    @staticmethod
+    def from_coo(rows: np.ndarray, cols: np.ndarray, weights: np.ndarray, n_rows: int, n_cols: int) -> Csr:
+        """Build from COO triplets; entries are ordered by (row, col, input order) — deterministic."""
+        rows = np.asarray(rows, np.int64)
+        cols = np.asarray(cols, np.int64)
+        order = np.lexsort((cols, rows))
+        indptr = np.zeros(n_rows + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+        return Csr(indptr, np.ascontiguousarray(cols[order]), np.ascontiguousarray(weights[order]),
+                   n_rows, n_cols)
+
+    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, cols, weights) of the stored entries."""
+        rows = np.repeat(np.arange(self.n_rows, dtype=np.int64), np.diff(self.indptr))
+        return rows, self.indices, self.weights
+
+    def transpose(self) -> Csr:
+        """The transposed operator (n_cols × n_rows)."""
+        rows, cols, w = self.coo()
+        return Csr.from_coo(cols, rows, w, self.n_cols, self.n_rows)
+
+    def astype(self, dtype: Any) -> Csr:
+        """The same operator with weights cast to ``dtype``."""
+        return Csr(self.indptr, self.indices, self.weights.astype(dtype), self.n_rows, self.n_cols)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """Batched product: x (B, n_cols, H) → (B, n_rows, H), or x (n_cols, H) → (n_rows, H)."""
+        squeeze = x.ndim == 2
+        xb = x[None] if squeeze else x
+        out = np.empty((xb.shape[0], self.n_rows, xb.shape[2]), xb.dtype)
+        if self.n_rows:
+            csr_spmm_batched(self.indptr, self.indices, self.weights.astype(xb.dtype, copy=False),
+                             np.ascontiguousarray(xb), out)
+        return out[0] if squeeze else out
+
+    def dense(self) -> np.ndarray:
+        """Dense (n_rows, n_cols) float64 copy (tests and debugging only)."""
+        d = np.zeros((self.n_rows, self.n_cols))
+        rows, cols, w = self.coo()
+        np.add.at(d, (rows, cols), w)
+        return d
+
+
+@dataclass
+class PreparedGraph:
+    """Config-independent model inputs of one graph (built by :func:`prepare_graph`).
+
+    x (n, 177) float; opcode (n,) int64 in 0..127; p_in / p_out (n × n) mean operators with
+    transposes; config_pos (nc,) int64 (layout) — positions of configurable nodes among kept nodes;
+    cfg_dims (nc, 6) float64 output dims and cfg_default (nc, 6) int64 node layout of those nodes;
+    regions[l] (|R_l|,) int64 for l = 0..L; sub_in[l] / sub_out[l] (|R_l| × |R_{l−1}|, index 0 unused).
+    """
+
+    graph_id: str
+    kind: str
+    n_nodes: int
+    x: np.ndarray
+    opcode: np.ndarray
+    p_in: Csr
+    p_out: Csr
+    p_in_t: Csr
+    p_out_t: Csr
+    config_pos: np.ndarray
+    cfg_dims: np.ndarray | None = None
+    cfg_default: np.ndarray | None = None
+    regions: list[np.ndarray] = field(default_factory=list)
+    sub_in: list[Csr | None] = field(default_factory=list)
+    sub_out: list[Csr | None] = field(default_factory=list)
+    sub_in_t: list[Csr | None] = field(default_factory=list)
+    sub_out_t: list[Csr | None] = field(default_factory=list)
+
+
+def clean_stats(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Validate (134,) mean / std; non-finite means → 0, std ≤ 0 or non-finite → 1. float64 copies."""
+    mean = np.asarray(mean, np.float64).reshape(-1).copy()
+    std = np.asarray(std, np.float64).reshape(-1).copy()
+    if mean.shape != (N_NUM,) or std.shape != (N_NUM,):
+        raise ValueError(f"feature stats must have shape ({N_NUM},), got {mean.shape} and {std.shape}")
+    mean[~np.isfinite(mean)] = 0.0
+    bad = ~np.isfinite(std) | (std <= 0)
+    std[bad] = 1.0
+    return mean, std
+
+
+def node_features(node_feat: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                  config_pos: np.ndarray | None, dtype: Any = np.float32) -> np.ndarray:
+    """Model input features (n, 177) from node_feat (n, 140) float32 and cleaned stats (134,)."""
+    nf = np.asarray(node_feat, np.float64)
+    if nf.ndim != 2 or nf.shape[1] != 140:
+        raise ValueError(f"node_feat must have shape (n, 140), got {nf.shape}")
+    n = nf.shape[0]
+    out = np.zeros((n, N_FEAT), np.float64)
+    z = (nf[:, :N_NUM] - mean) / std
+    np.clip(z, -CLIP, CLIP, out=z)
+    z[:, RAW_COLS] = nf[:, RAW_COLS]
+    out[:, :N_NUM] = z
+    lay = np.clip(np.rint(nf[:, LAYOUT_COLS]).astype(np.int64) + 1, 0, N_LAYOUT_VALUES - 1)
+    cols = N_NUM + np.arange(len(LAYOUT_COLS)) * N_LAYOUT_VALUES + lay  # (n, 6)
+    out[np.arange(n)[:, None], cols] = 1.0
+    if config_pos is not None and len(config_pos):
+        out[config_pos, N_FEAT - 1] = 1.0
+    return out.astype(dtype)
+
+
+def tile_config_features(config_feat: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
+    """Log-scaled tile configuration features: log1p(max(config_feat, 0)), (k, 24) → (k, 24)."""
+    cf = np.asarray(config_feat, np.float64)
+    if cf.ndim != 2 or cf.shape[1] != N_TILE_FEAT:
+        raise ValueError(f"config_feat must have shape (k, {N_TILE_FEAT}), got {cf.shape}")
+    return np.log1p(np.maximum(cf, 0.0)).astype(dtype)
+
+
+def mean_operators(edge_index: np.ndarray, n: int, dtype: Any) -> tuple[Csr, Csr]:
+    """(P_in, P_out): mean over producers and mean over consumers for edges [u, v] (u consumes v)."""
+    e = np.asarray(edge_index, np.int64).reshape(-1, 2)
+    if e.size and (e.min() < 0 or e.max() >= n):
+        raise ValueError(f"edge_index refers to a node outside 0..{n - 1}")
+    u, v = e[:, 0], e[:, 1]
+    indeg = np.bincount(u, minlength=n).astype(np.float64)
+    outdeg = np.bincount(v, minlength=n).astype(np.float64)
+    w_in = (1.0 / indeg[u]) if len(u) else np.zeros(0)
+    w_out = (1.0 / outdeg[v]) if len(v) else np.zeros(0)
+    p_in = Csr.from_coo(u, v, w_in.astype(dtype), n, n)
+    p_out = Csr.from_coo(v, u, w_out.astype(dtype), n, n)
+    return p_in, p_out
+
+
+def grow_regions(edge_index: np.ndarray, n: int, seeds: np.ndarray, layers: int) -> list[np.ndarray]:
+    """R_0 = seeds (distinct, in the given order); R_l = R_{l−1} then its new undirected neighbours (ascending)."""
+    e = np.asarray(edge_index, np.int64).reshape(-1, 2)
+    u, v = e[:, 0], e[:, 1]
+    seeds = np.asarray(seeds, np.int64)
+    if len(np.unique(seeds)) != len(seeds):
+        raise ValueError("configurable node ids must be distinct")
+    regions = [seeds.copy()]
+    for _ in range(layers):
+        prev = regions[-1]
+        mark = np.zeros(n, np.bool_)
+        mark[prev] = True
+        reach = np.zeros(n, np.bool_)
+        reach[v[mark[u]]] = True
+        reach[u[mark[v]]] = True
+        new = np.flatnonzero(reach & ~mark)
+        regions.append(np.concatenate([prev, new]).astype(np.int64))
+    return regions
+
+
+def restrict(op: Csr, rows: np.ndarray, cols: np.ndarray) -> Csr:
+    """The operator restricted to the given global rows and columns, re-indexed locally."""
+    n = op.n_rows
+    row_pos = np.full(n, -1, np.int64)
+    row_pos[rows] = np.arange(len(rows))
+    col_pos = np.full(op.n_cols, -1, np.int64)
+    col_pos[cols] = np.arange(len(cols))
+    r, c, w = op.coo()
+    lr, lc = row_pos[r], col_pos[c]
+    keep = (lr >= 0) & (lc >= 0)
+    return Csr.from_coo(lr[keep], lc[keep], w[keep], len(rows), len(cols))
+
+
+def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, layers: int,
+                  dtype: Any = np.float32) -> PreparedGraph:
+    """Build the config-independent inputs of ``record`` (a GraphRecord) for a model with ``layers`` steps.
+
+    kind: "layout" or "tile"; mean / std: cleaned (134,) stats (:func:`clean_stats`).
+    """
+    node_feat = np.asarray(record.node_feat)
+    n = int(node_feat.shape[0])
+    edge_index = np.asarray(record.edge_index, np.int64).reshape(-1, 2)
+    if kind == "layout":
+        if record.node_config_ids is None:
+            raise ValueError(f"{record.graph_id}: a layout graph needs node_config_ids")
+        config_pos = np.asarray(record.node_config_ids, np.int64)
+        if config_pos.size and (config_pos.min() < 0 or config_pos.max() >= n):
+            raise ValueError(f"{record.graph_id}: node_config_ids refer to nodes outside 0..{n - 1}")
+    else:
+        config_pos = np.zeros(0, np.int64)
+    x = node_features(node_feat, mean, std, config_pos, dtype)
+    opcode = np.asarray(record.node_opcode).astype(np.int64)
+    opcode = np.where((opcode >= 0) & (opcode < N_OPCODES), opcode, 0)
+    p_in, p_out = mean_operators(edge_index, n, dtype)
+    pg = PreparedGraph(record.graph_id, kind, n, x, opcode, p_in, p_out, p_in.transpose(),
+                       p_out.transpose(), config_pos)
+    if kind == "layout":
+        pg.cfg_dims = np.asarray(node_feat[config_pos, 21:27], np.float64)
+        pg.cfg_default = np.rint(np.asarray(node_feat[config_pos, 134:140], np.float64)).astype(np.int64)
+        pg.regions = grow_regions(edge_index, n, config_pos, layers)
+        pg.sub_in, pg.sub_out, pg.sub_in_t, pg.sub_out_t = [None], [None], [None], [None]
+        for lay in range(1, layers + 1):
+            si = restrict(p_in, pg.regions[lay], pg.regions[lay - 1])
+            so = restrict(p_out, pg.regions[lay], pg.regions[lay - 1])
+            pg.sub_in.append(si)
+            pg.sub_out.append(so)
+            pg.sub_in_t.append(si.transpose())
+            pg.sub_out_t.append(so.transpose())
+    return pg
+
+
+def derived_config_features(pg: PreparedGraph, values: np.ndarray,
+                            dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Hand-made layout features per configurable node and config, and the violation ratio per config.
+
+    values (B, nc, 18) int8. Returns (feats (B, nc, 6), violation (B,)), both ``dtype``. With the output
+    layout taken from the config, or from node_feat cols 134–139 when the block is all −1 (default):
+    0 minor-most output dim is the largest dim (the 128-lane side, seeds/002 §5.2);
+    1, 2 log2(1 + size) / 10 of the dims in the two most-minor positions; 3 operand-0 minor dim differs
+    from the output's (a layout change, i.e. a copy); 4 the output block is the compiler default;
+    5 the minor-most dim differs from the node's default layout. Violation = mean of (1 − feat 0) over
+    nodes of rank ≥ 2 (0 if none).
+    """
+    assert pg.cfg_dims is not None and pg.cfg_default is not None
+    v = np.asarray(values, np.int64)
+    b, nc = v.shape[0], v.shape[1]
+    feats = np.zeros((b, nc, N_DERIVED), np.float64)
+    if nc == 0:
+        return feats.astype(dtype), np.zeros(b, dtype)
+    dims = pg.cfg_dims
+    largest = dims.argmax(axis=1)
+    nonzero = dims > 0
+    rank = np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    default = pg.cfg_default
+    is_default = v[:, :, 0] < 0
+    out = np.where(is_default[:, :, None], default[None], v[:, :, 0:6])
+    inp = np.where((v[:, :, 6] < 0)[:, :, None], default[None], v[:, :, 6:12])
+    m0, m1 = out[:, :, 0], out[:, :, 1]
+    size = np.log2(1.0 + np.maximum(dims, 0.0)) / 10.0  # (nc, 6)
+    node = np.arange(nc)[None, :]
+    feats[:, :, 0] = (m0 == largest[None]) & (m0 >= 0)
+    feats[:, :, 1] = np.where(m0 >= 0, size[node, np.clip(m0, 0, 5)], 0.0)
+    feats[:, :, 2] = np.where(m1 >= 0, size[node, np.clip(m1, 0, 5)], 0.0)
+    feats[:, :, 3] = (inp[:, :, 0] != m0) & (inp[:, :, 0] >= 0) & (m0 >= 0)
+    feats[:, :, 4] = is_default
+    feats[:, :, 5] = (m0 != default[None, :, 0]) & (m0 >= 0)
+    counted = (rank[None] >= 2) & (m0 >= 0)
+    n_counted = counted.sum(axis=1)
+    viol = np.where(n_counted > 0, (counted & (feats[:, :, 0] == 0)).sum(axis=1) / np.maximum(n_counted, 1),
+                    0.0)
+    return feats.astype(dtype), viol.astype(dtype)
