@@ -113,12 +113,12 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> d
     parts = None
     if graphs:
         name = batch[0].relpath.rsplit("/", 1)[1][: -len(".npz")]
-        parts = write_parts(graphs, staging_path, name, opts.row_group_bytes).__dict__
+        parts = write_parts(graphs, staging_path, name, opts.row_group_bytes, opts.compression_level).__dict__
         checkpoint("part")
     done = {"fingerprint": fingerprint, "records": records, "parts": parts}
     sidecar = _sidecar(staging_path, batch)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(sidecar, done, durable=False)
+    write_json_atomic(sidecar, done, durable=False, indent=None)
     return done
 
 
@@ -127,7 +127,7 @@ def merge_task(kind: str, collection: str, split: str, parts: list[dict], stagin
     """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order)."""
     infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
                         Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
-                        row_group_bytes=opts.row_group_bytes, compression_level=opts.compression_level)
+                        compression_level=opts.compression_level)
     return [i.__dict__ for i in infos]
 
 

@@ -34,7 +34,7 @@ def library_versions() -> dict[str, str]:
             "numba": numba.__version__, "pyarrow": pyarrow.__version__}
 
 
-def write_json_atomic(path: Path, obj, durable: bool = True) -> None:
+def write_json_atomic(path: Path, obj, durable: bool = True, indent: int | None = 1) -> None:
     """Write JSON to a temporary name in the same folder, then rename over ``path``.
 
     ``durable`` also fsyncs before the rename (the manifest); staging sidecars skip it: after a power
@@ -42,7 +42,7 @@ def write_json_atomic(path: Path, obj, durable: bool = True) -> None:
     """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, sort_keys=False, allow_nan=False)
+        json.dump(obj, fh, indent=indent, sort_keys=False, allow_nan=False)
         fh.write("\n")
         if durable:
             fh.flush()

@@ -1,7 +1,8 @@
 """Writing Parquet/zstd shards: one part per graph from the workers, then a deterministic merge.
 
-A build has two phases. Each task converts one layout file or a batch of tile files and writes the
-graphs' ``graphs`` rows and ``configs`` rows as *part* files (Arrow IPC, ``<dst>/.tpuprep/parts/...``). Then, per (collection, split), the parts are merged in
+A build has two phases. Each task converts one layout file or a batch of tile files and writes, under
+``<dst>/.tpuprep/parts/...``, the batch's ``configs`` rows as a finished Parquet shard and its
+``graphs`` rows as a small Arrow IPC part. Then, per (collection, split), the parts are merged in
 graph-id order into the final shards ``<dst>/<collection path>/{graphs,configs}/<split>-0000i-of-0000N``.
 Because every part depends only on its input file and the options, and the merge only on the sorted
 parts, the shards are byte-identical whatever the number of workers or the order they finished in.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,18 +174,23 @@ PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
 @dataclass
 class PartFiles:
-    """The two part files of a batch of graphs of one (collection, split), in graph-id order.
+    """What one task wrote for a batch of graphs of one (collection, split), in graph-id order.
 
-    Arrow IPC files (LZ4), cheap to write and read back; paths are relative to the staging folder.
-    ``graphs`` holds one record batch per graph; ``configs`` one or more record batches per graph,
-    each at most one row group of the final shard.
+    ``graphs``: an Arrow IPC file (LZ4) with one record batch per graph row, merged into ``graphs``
+    shards later (they are small). ``configs``: already a final ``configs`` shard (Parquet/zstd, row
+    groups cut at graph boundaries), which the merge only links into place under its
+    ``<split>-i-of-N`` name; its sha256, rows and row groups are computed here, in the worker.
+    Paths are relative to the staging folder.
     """
 
     graphs: str
     configs: str
     graph_ids: list[str]
     graphs_bytes: int
-    configs_bytes: int
+    configs_rows: int
+    configs_row_groups: int
+    configs_file_bytes: int
+    configs_sha256: str
 
 
 def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
@@ -206,26 +213,34 @@ def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
     return size
 
 
-def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int) -> PartFiles:
+def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
+                         compression_level: int) -> None:
+    kind = graphs[0].inp.kind
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    with _writer(tmp, f"{kind}_configs", compression_level) as w:
+        if kind == "layout":  # row groups never span two graphs
+            for g in graphs:
+                t = config_table(g)
+                w.write_table(t, row_group_size=rows_per_group(t, row_group_bytes))
+        else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
+            t = pa.concat_tables([config_table(g) for g in graphs])
+            w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
+    os.replace(tmp, path)
+
+
+def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int,
+                compression_level: int) -> PartFiles:
     """Write the part files of a batch of converted graphs (same kind, collection and split)."""
     kind = graphs[0].inp.kind
     folder = "parts/" + graphs[0].inp.relpath.rsplit("/", 1)[0]
-
-    def graph_batches() -> Iterator[pa.RecordBatch]:
-        for g in graphs:
-            yield from graph_table(g).to_batches()
-
-    def config_batches() -> Iterator[pa.RecordBatch]:
-        for g in graphs:
-            t = config_table(g)
-            step = rows_per_group(t, row_group_bytes)
-            for start in range(0, max(t.num_rows, 1), step):
-                yield from t.slice(start, step).combine_chunks().to_batches()
-
-    rel_g, rel_c = f"{folder}/{name}.graphs.arrow", f"{folder}/{name}.configs.arrow"
-    configs_bytes = _write_ipc(staging / rel_c, table_schema(f"{kind}_configs").arrow, config_batches())
-    graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, graph_batches())
-    return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, configs_bytes)
+    rel_g, rel_c = f"{folder}/{name}.graphs.arrow", f"{folder}/{name}.configs.parquet"
+    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
+    batches = (b for g in graphs for b in graph_table(g).to_batches())
+    graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
+    meta = pq.ParquetFile(staging / rel_c).metadata
+    return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
+                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_of(staging / rel_c))
 
 
 @dataclass
@@ -279,6 +294,18 @@ def _part_batches(staging: Path, rel: str) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([reader.get_batch(i)])
 
 
+def _place(src: Path, path: Path) -> None:
+    """Put ``src`` at ``path`` atomically, keeping ``src`` (a hard link; a copy across filesystems),
+    so that a crash during the merge never loses a finished part."""
+    tmp = _tmp(path)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, path)
+
+
 def merge_parts(
     kind: str,
     collection: str,
@@ -288,41 +315,51 @@ def merge_parts(
     dst: Path,
     *,
     shard_bytes: int,
-    row_group_bytes: int,
     compression_level: int,
 ) -> list[ShardInfo]:
-    """Merge the parts of one (collection, split), given in graph-id order, into shards."""
+    """Place the shards of one (collection, split) from its parts, given in graph-id order.
+
+    ``configs``: each part's configs file becomes shard i of N as it is (no re-encoding).
+    ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
+    (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile.
+    """
     coll_dir = dst.joinpath(*collection.split(":"))
     infos: list[ShardInfo] = []
-    for table_kind in ("graphs", "configs"):
-        table = f"{kind}_{table_kind}"
-        sizes = [getattr(p, f"{table_kind}_bytes") for p in parts]
-        plan = plan_shards(sizes, shard_bytes)
-        out_dir = coll_dir / table_kind
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for i, members in enumerate(plan):
-            name = f"{split}-{i:05d}-of-{len(plan):05d}.parquet"
-            path = out_dir / name
-            tmp = _tmp(path)
-            rows = 0
-            chosen = [parts[j] for j in members]
-            with _writer(tmp, table, compression_level) as w:
-                pieces = (t for p in chosen for t in _part_batches(staging, getattr(p, table_kind)))
-                if kind == "tile":
-                    limit = (TILE_GRAPHS_ROW_GROUP_BYTES if table_kind == "graphs" else row_group_bytes)
-                    max_rows = 1 << 30 if table_kind == "graphs" else TILE_CONFIGS_ROW_GROUP_ROWS
-                    pieces = _batched(pieces, max_rows, limit)
-                for t in pieces:
-                    w.write_table(t, row_group_size=max(t.num_rows, 1))
-                    rows += t.num_rows
-            os.replace(tmp, path)
-            checkpoint("shard")
-            meta = pq.ParquetFile(path).metadata
-            infos.append(ShardInfo(
-                path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
-                rows=rows, row_groups=meta.num_row_groups, bytes=path.stat().st_size,
-                sha256=sha256_of(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
-            ))
+    out_dir = coll_dir / "configs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for i, p in enumerate(parts):
+        path = out_dir / f"{split}-{i:05d}-of-{len(parts):05d}.parquet"
+        _place(staging / p.configs, path)
+        checkpoint("shard")
+        infos.append(ShardInfo(
+            path=path.relative_to(dst).as_posix(), table=f"{kind}_configs", collection=collection, split=split,
+            rows=p.configs_rows, row_groups=p.configs_row_groups, bytes=p.configs_file_bytes,
+            sha256=p.configs_sha256, first_graph=p.graph_ids[0], last_graph=p.graph_ids[-1],
+        ))
+    table = f"{kind}_graphs"
+    plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
+    out_dir = coll_dir / "graphs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for i, members in enumerate(plan):
+        path = out_dir / f"{split}-{i:05d}-of-{len(plan):05d}.parquet"
+        tmp = _tmp(path)
+        rows = 0
+        chosen = [parts[j] for j in members]
+        with _writer(tmp, table, compression_level) as w:
+            pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
+            if kind == "tile":
+                pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
+            for t in pieces:
+                w.write_table(t, row_group_size=max(t.num_rows, 1))
+                rows += t.num_rows
+        os.replace(tmp, path)
+        checkpoint("shard")
+        meta = pq.ParquetFile(path).metadata
+        infos.append(ShardInfo(
+            path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
+            rows=rows, row_groups=meta.num_row_groups, bytes=path.stat().st_size,
+            sha256=sha256_of(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
+        ))
     return infos
 
 
