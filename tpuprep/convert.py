@@ -7,6 +7,7 @@ deduplicator, so the float32 config array is never held whole.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import asdict, dataclass
 
@@ -79,11 +80,25 @@ class ConvertedGraph:
         return int(self.group_size.shape[0])
 
     def feature_moments(self) -> dict:
-        """count, mean (134,) and M2 (134,) of node_feat[:, :134] in float64, for mergeable statistics."""
+        """count, mean (134,) and M2 (134,) of node_feat[:, :134] in float64, for mergeable statistics.
+
+        mean and M2 travel as base64 of little-endian float64: exact, and far cheaper to put in JSON
+        than 268 decimal numbers per graph.
+        """
         x = self.node_feat[:, :FEATURE_STATS_COLUMNS].astype(np.float64)
         mean = x.mean(axis=0) if len(x) else np.zeros(FEATURE_STATS_COLUMNS)
         m2 = ((x - mean) ** 2).sum(axis=0)
-        return {"count": len(x), "mean": mean.tolist(), "m2": m2.tolist()}
+        return {"count": len(x), "mean": pack_floats(mean), "m2": pack_floats(m2)}
+
+
+def pack_floats(values: np.ndarray) -> str:
+    """float64 array → base64 text (exact)."""
+    return base64.b64encode(np.ascontiguousarray(values, "<f8").tobytes()).decode()
+
+
+def unpack_floats(text: str) -> np.ndarray:
+    """The inverse of ``pack_floats``."""
+    return np.frombuffer(base64.b64decode(text), "<f8").astype(np.float64)
 
 
 def graph_fold(graph_id: str, folds: int) -> int:

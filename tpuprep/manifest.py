@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .convert import FEATURE_STATS_COLUMNS, BuildOptions
+from .convert import FEATURE_STATS_COLUMNS, BuildOptions, unpack_floats
 from .faults import checkpoint
 from .schema import SCHEMA_VERSION
 
@@ -64,11 +64,11 @@ def merge_moments(parts: Iterable[dict]) -> dict | None:
         nb = p["count"]
         if nb == 0:
             continue
-        mb = np.asarray(p["mean"], np.float64)
+        mb = unpack_floats(p["mean"])
         delta = mb - mean
         total = count + nb
         mean = mean + delta * (nb / total)
-        m2 = m2 + np.asarray(p["m2"], np.float64) + delta**2 * (count * nb / total)
+        m2 = m2 + unpack_floats(p["m2"]) + delta**2 * (count * nb / total)
         count = total
     if count == 0:
         return None
