@@ -124,8 +124,6 @@ def png_size(path):
 
 @pytest.mark.parametrize("backend", ["builtin", "matplotlib"])
 def test_evaluate_with_truth_writes_tables_and_plots(ds, rankers, tmp_path, backend):
-    if backend == "matplotlib":
-        pytest.importorskip("matplotlib")
     ds.write_truth(tmp_path / "synth" / "truth")
     gid = ds.graph_ids(LAYOUT, "valid")[0]
     assert truth_path(tmp_path / "synth" / "truth", gid, LAYOUT, "valid").is_file()

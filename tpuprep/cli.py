@@ -257,13 +257,15 @@ def verify(src, dst, collections, splits, quiet) -> None:
     sys.exit(EXIT_OK if report.ok else EXIT_FATAL)
 
 
-def _register_export_command() -> None:
+def _register_commands() -> None:
     from .export import export_cmd
+    from .pipeline import run_cmd
 
     main.add_command(export_cmd, "export")
+    main.add_command(run_cmd, "run")
 
 
-_register_export_command()
+_register_commands()
 
 
 def _register_training_commands() -> None:

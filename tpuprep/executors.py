@@ -1,8 +1,13 @@
 """Where per-file work runs: in this process, in local worker processes, or on a Dask cluster.
 
 Every runner has the same small interface: ``submit(fn, *args)`` returns a future-like object and
-``as_completed(futures)`` yields them as they finish, so the build loop is the same everywhere. Worker
-processes cap their Numba/Arrow/BLAS threads at one, so N workers use N cores.
+``as_completed(futures)`` yields them as they finish (each with ``.result()``), so the build loop is
+the same everywhere. Worker processes cap their Numba/Arrow/BLAS/polars threads at their share, so
+N single-threaded workers use N cores, and load every Numba kernel once before their first task.
+
+Worker death is an infrastructure failure, not a property of the batch: ``ProcessRunner`` resubmits
+the unfinished tasks on a fresh pool (a bounded number of times), and ``DaskRunner``
+(``tpuprep.dask_runner``) relies on the scheduler to reschedule the tasks of a lost worker.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -18,21 +24,31 @@ THREAD_ENV = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 
 
 def cap_threads(threads: int = 1) -> None:
-    """Limit this process's native thread pools (call before heavy imports where possible)."""
+    """Limit this process's native thread pools to ``threads``.
+
+    The environment variables only reach libraries imported afterwards (call this before heavy
+    imports where possible); Arrow's pools are resized at once. tpuprep's Numba kernels are serial,
+    so Numba's own pool size does not matter for them.
+    """
+    threads = max(int(threads), 1)
     for name in THREAD_ENV:
         os.environ[name] = str(threads)
     import pyarrow as pa
 
     pa.set_cpu_count(threads)
-    pa.set_io_thread_count(max(threads, 1))
+    pa.set_io_thread_count(threads)
 
 
-def warm_worker() -> None:
+def warm_worker(threads: int = 1) -> None:
     """Cap threads and load every Numba kernel once, so no task pays a compile or cache load."""
-    cap_threads(1)
+    cap_threads(threads)
     from .kernels import warm
 
     warm()
+
+
+class WorkersLost(RuntimeError):
+    """Worker processes kept dying, more often than a runner is willing to restart them."""
 
 
 class SerialRunner:
@@ -41,7 +57,7 @@ class SerialRunner:
     name = "serial"
     workers = 1
 
-    def submit(self, fn, *args) -> cf.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
             fut.set_result(fn(*args))
@@ -56,30 +72,171 @@ class SerialRunner:
         pass
 
 
+class PoolTask:
+    """A task of a ``ProcessRunner``: a handle that outlives the pool it first ran on.
+
+    ``future`` is the attempt in flight; when its pool breaks (a worker process died), the runner
+    submits the same call again on a fresh pool and swaps ``future``.
+    """
+
+    __slots__ = ("args", "fn", "future", "generation", "runner")
+
+    def __init__(self, runner: ProcessRunner, fn: Callable[..., Any], args: tuple):
+        self.runner, self.fn, self.args = runner, fn, args
+        self.future: cf.Future
+        self.generation = -1
+
+    def done(self) -> bool:
+        return self.future.done() and not _lost(self.future)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The task's return value (or its exception), resubmitting it if its pool broke."""
+        while True:
+            try:
+                return self.future.result(timeout)
+            except (BrokenProcessPool, cf.CancelledError):
+                if not _lost(self.future):
+                    raise
+                self.runner._resubmit(self)
+
+
+def _lost(fut: cf.Future) -> bool:
+    """Did this attempt end because its pool broke (or was torn down), rather than by the task?"""
+    if not fut.done():
+        return False
+    if fut.cancelled():
+        return True
+    return isinstance(fut.exception(), BrokenProcessPool)
+
+
 class ProcessRunner:
-    """A pool of ``workers`` local processes (spawned, thread-capped, kernels warmed)."""
+    """A pool of ``workers`` local processes (spawned, thread-capped, kernels warmed).
+
+    When a worker process dies (killed, out of memory), ``concurrent.futures`` fails every pending
+    future with ``BrokenProcessPool``. The runner then starts a fresh pool and resubmits the tasks
+    that had not finished, at most ``max_restarts`` times per runner; after that it raises
+    ``WorkersLost``. Tasks must be idempotent (tpuprep's are: they write their outputs atomically
+    under deterministic names).
+    """
 
     name = "processes"
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, max_restarts: int = 3):
         self.workers = workers
-        self._pool = cf.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._generation = 0
+        self._closed = False
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
             initializer=warm_worker,
         )
 
-    def submit(self, fn, *args) -> cf.Future:
-        return self._pool.submit(fn, *args)
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current pool's workers (started lazily, so possibly fewer than ``workers``)."""
+        return sorted((getattr(self._pool, "_processes", None) or {}).keys())
 
-    def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
-        return cf.as_completed(list(futures))
+    def _restart(self, generation: int) -> None:
+        """Replace the pool that ran ``generation`` (once, however many of its tasks report it)."""
+        if self._closed:
+            raise cf.CancelledError("the runner was closed")
+        if generation != self._generation:
+            return  # already replaced
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise WorkersLost(
+                f"local worker processes died {self.restarts} times during this build; giving up "
+                f"(at most {self.max_restarts} restarts). The usual cause is a file that needs more "
+                "memory than a worker has: retry with fewer --workers, or with --workers 1 to see "
+                "which file it is; --resume keeps the files already converted.")
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._generation += 1
+        self._pool = self._new_pool()
+
+    def _start(self, task: PoolTask) -> None:
+        while True:
+            generation = self._generation
+            try:
+                task.future = self._pool.submit(task.fn, *task.args)
+            except BrokenProcessPool:
+                self._restart(generation)
+                continue
+            task.generation = generation
+            return
+
+    def _resubmit(self, task: PoolTask) -> None:
+        self._restart(task.generation)
+        self._start(task)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> PoolTask:
+        task = PoolTask(self, fn, args)
+        self._start(task)
+        return task
+
+    def as_completed(self, futures: Iterable[PoolTask]) -> Iterator[PoolTask]:
+        """Yield tasks as they finish; tasks whose pool broke are rerun first, not yielded."""
+        pending = {t.future: t for t in futures}
+        while pending:
+            done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            lost = []
+            for fut in done:
+                task = pending.pop(fut)
+                if _lost(fut):
+                    lost.append(task)
+                else:
+                    yield task
+            for task in lost:
+                self._resubmit(task)
+                pending[task.future] = task
 
     def close(self) -> None:
+        self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def task_inputs(args: tuple) -> list:
+    """The input files a build task reads (its first argument: one ``InputFile`` or a list of them)."""
+    from .inputs import InputFile
+
+    first = args[0] if args else None
+    if isinstance(first, InputFile):
+        return [first]
+    if isinstance(first, list | tuple) and first and all(isinstance(i, InputFile) for i in first):
+        return list(first)
+    return []
+
+
+def lost_task_result(fn: Callable[..., Any], args: tuple, reason: str) -> dict | None:
+    """What a per-file task returns when the infrastructure gave up on it, or None for other tasks.
+
+    Used when the workers that ran one task kept dying (Dask's ``KilledWorker``, typically out of
+    memory): every file of the task is quarantined with ``reason`` and the batch goes on, as for any
+    other per-file error. The result has the shape of ``build.process_batch``'s; no sidecar is written,
+    so ``--resume`` tries the files again.
+    """
+    from . import build
+
+    if fn is not getattr(build, "process_batch", None):
+        return None
+    batch, opts = task_inputs(args), args[1]
+    if len(batch) > 1:
+        reason += f" (it was converting {len(batch)} files together; all of them are set aside)"
+    records = [{"path": i.relpath, "graph_id": i.graph_id, "collection": i.collection, "kind": i.kind,
+                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": reason}
+               for i in batch]
+    files = [[i.relpath, i.size, None] for i in batch]
+    return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
+
+
 def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: str | None = None):
-    """Pick the runner for the CLI options (``--workers``, ``--scheduler``, ``--scheduler-file``)."""
+    """Pick the runner for the CLI options (``--workers``, ``--scheduler``, ``--scheduler-file``).
+
+    A scheduler address or file selects an existing Dask cluster; otherwise ``workers`` > 1 starts a
+    local process pool and 1 runs everything in this process (the debugging path).
+    """
     if scheduler or scheduler_file:
         from .dask_runner import DaskRunner
 

@@ -1,0 +1,215 @@
+"""The run files under pipelines/ (``tpuprep run FILE.toml``): every shipped file parses, the demo runs
+end to end, relative paths and overrides resolve as documented, and mistakes are one clear error."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tpuprep.build import build
+from tpuprep.cli import main
+from tpuprep.convert import BuildOptions
+from tpuprep.pipeline import (
+    ClusterSpec,
+    PipelineError,
+    load_pipeline,
+    override,
+    parse_pipeline,
+    run_pipeline,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+PIPELINES = REPO / "pipelines"
+RUN_FILES = sorted(PIPELINES.glob("*.toml"))
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A synthetic 'tiny' tree, restricted to two collections to keep the builds short."""
+    from tpuprep.synth import synthesize
+
+    root = tmp_path_factory.mktemp("pipeline-src")
+    synthesize(root, "tiny", 0, collections=["tile:xla", "layout:xla:random"])
+    return root / "npz"
+
+
+# ------------------------------------------------------------------------------ shipped files
+
+
+def test_the_shipped_run_files_exist():
+    names = {p.name for p in PIPELINES.iterdir()}
+    assert {"demo-local.toml", "full-tpugraphs-cluster.toml", "README.md"} <= names
+
+
+@pytest.mark.parametrize("path", RUN_FILES, ids=lambda p: p.name)
+def test_every_run_file_parses(path):
+    p = load_pipeline(path)
+    assert p.name and p.src.is_absolute() and p.dst.is_absolute()
+    assert p.src != p.dst and p.src not in p.dst.parents
+    assert p.describe().startswith(f"pipeline     {p.name}")
+
+
+def test_every_toml_snippet_in_the_readme_parses():
+    text = (PIPELINES / "README.md").read_text()
+    snippets = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    assert snippets, "the README shows the run-file format"
+    for snippet in snippets:
+        parse_pipeline(snippet, PIPELINES / "snippet.toml")
+
+
+def test_the_shipped_files_say_what_they_promise():
+    demo = load_pipeline(PIPELINES / "demo-local.toml")
+    assert demo.cluster == ClusterSpec("local", workers=2, engine="processes")
+    assert demo.src == (REPO / "demo-data" / "npz") and demo.synth is not None and demo.overwrite
+    assert demo.options == BuildOptions()
+    full = load_pipeline(PIPELINES / "full-tpugraphs-cluster.toml")
+    assert full.cluster.type == "dask" and full.cluster.scheduler_file is not None and full.resume
+    assert full.collections is not None and len(full.collections) == 5
+
+
+# ----------------------------------------------------------------------------------- running
+
+
+def test_demo_local_runs_end_to_end_on_a_tiny_tree(tmp_path, tiny):
+    reference = tmp_path / "reference"
+    build(tiny, reference, load_pipeline(PIPELINES / "demo-local.toml").options)
+    dst = tmp_path / "shards"
+    result = CliRunner().invoke(main, ["run", str(PIPELINES / "demo-local.toml"), "--src", str(tiny),
+                                          "--dst", str(dst)])
+    assert result.exit_code == 0, result.output
+    assert "cluster      local, 2 worker(s), engine processes" in result.output
+    assert "converted, 0 quarantined" in result.output
+    assert tree_bytes(dst) == tree_bytes(reference)
+    # overwrite = true in the file: a second run replaces the first
+    again = CliRunner().invoke(main, ["run", str(PIPELINES / "demo-local.toml"), "--src", str(tiny),
+                                         "--dst", str(dst), "--workers", "1", "-q"])
+    assert again.exit_code == 0, again.output
+    assert tree_bytes(dst) == tree_bytes(reference)
+
+
+def test_paths_are_relative_to_the_run_file_and_missing_src_is_synthesised(tmp_path):
+    run_file = tmp_path / "runs" / "mine.toml"
+    run_file.parent.mkdir()
+    run_file.write_text('src = "../data/npz"\ndst = "../out"\ncollections = ["tile"]\nsplits = "train,valid"\n'
+                        '[synth]\nprofile = "tiny"\nseed = 3\ncollections = ["tile:xla"]\n'
+                        '[options]\ncompression_level = 5\n[cluster]\ntype = "serial"\n')
+    p = load_pipeline(run_file)
+    assert (p.src, p.dst) == (tmp_path / "data" / "npz", tmp_path / "out")
+    report = run_pipeline(run_file)
+    assert (tmp_path / "data" / "npz" / "tile" / "xla" / "train").is_dir()
+    assert (tmp_path / "out" / "manifest.json").exists()
+    assert report.manifest["options"]["compression_level"] == 5
+    assert {r["split"] for r in report.records} == {"train", "valid"}
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, tiny):
+    dst = tmp_path / "never"
+    result = CliRunner().invoke(main, ["run", str(PIPELINES / "full-tpugraphs-cluster.toml"), "--src", str(tiny),
+                                          "--dst", str(dst), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "cluster      dask at scheduler file /shared/tpugraphs/dask/scheduler.json" in result.output
+    files = len(list(tiny.rglob("*.npz")))
+    assert f"would convert {files} files; 0 refused" in result.output
+    assert "tile/xla/train/" in result.output
+    assert not dst.exists()
+
+
+def test_dry_run_of_a_missing_synthesised_src_says_so(tmp_path):
+    run_file = tmp_path / "r.toml"
+    run_file.write_text('src = "d/npz"\ndst = "out"\n[synth]\nprofile = "tiny"\n')
+    result = CliRunner().invoke(main, ["run", str(run_file), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "would be synthesised first" in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_local_dask_engine_matches_local_build(tmp_path, tiny):
+    run_file = tmp_path / "r.toml"
+    run_file.write_text(f'src = "{tiny}"\ndst = "out"\ncollections = ["tile:xla"]\n'
+                        '[cluster]\ntype = "local"\nworkers = 2\nengine = "dask"\n')
+    run_pipeline(run_file)
+    build(tiny, tmp_path / "ref", collections=["tile:xla"])
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+# ----------------------------------------------------------------------------------- overrides
+
+
+def test_command_line_overrides(tmp_path):
+    p = load_pipeline(PIPELINES / "full-tpugraphs-cluster.toml")
+    q = override(p, src="a/npz", dst="b", workers=3)
+    assert q.src == Path("a/npz").resolve() and q.dst == Path("b").resolve()
+    assert q.cluster.type == "local" and q.cluster.workers == 3
+    r = override(p, scheduler="tcp://10.0.0.1:8786", resume=True)
+    assert r.cluster.type == "dask" and r.cluster.scheduler == "tcp://10.0.0.1:8786"
+    assert r.cluster.scheduler_file is None and r.cluster.min_workers == p.cluster.min_workers
+    demo = load_pipeline(PIPELINES / "demo-local.toml")
+    resumed = override(demo, resume=True)
+    assert resumed.resume and not resumed.overwrite
+    assert override(demo) is demo
+
+
+def test_environment_variables_expand_in_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUPREP_TEST_ROOT", str(tmp_path))
+    p = parse_pipeline('src = "$TPUPREP_TEST_ROOT/npz"\ndst = "${TPUPREP_TEST_ROOT}/out"\n', tmp_path / "x.toml")
+    assert (p.src, p.dst) == (tmp_path / "npz", tmp_path / "out")
+    with pytest.raises(PipelineError, match=r"\[cluster.scheduler\] environment variable TPUPREP_NOPE_HOST"):
+        parse_pipeline('src = "a"\ndst = "b"\n[cluster]\nscheduler = "tcp://${TPUPREP_NOPE_HOST}:1"\n',
+                       tmp_path / "x.toml")
+
+
+# ------------------------------------------------------------------------------------ mistakes
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('dst = "b"\n', r"\[src\] is required"),
+    ('src = "a"\ndst = "b"\nsource = "c"\n', r"\[source\] unknown key"),
+    ('src = "a"\ndst = "b"\n[options]\nhops = "2"\n', r"\[options.hops\] must be int, not str"),
+    ('src = "a"\ndst = "b"\n[options]\nprune = 1\n', r"\[options.prune\] must be bool"),
+    ('src = "a"\ndst = "b"\n[options]\nhop = 2\n', r"\[options.hop\] unknown key"),
+    ('src = "a"\ndst = "b"\n[options]\ncompression_level = 30\n', r"must lie in 1..22"),
+    ('src = "a"\ndst = "b"\nresume = true\noverwrite = true\n', r"exclude each other"),
+    ('src = "a"\ndst = "b"\nsplits = ["training"]\n', r"\[splits\] 'training' is not a split"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntype = "k8s"\n', r"\[cluster.type\] must be one of"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntype = "local"\nscheduler = "tcp://x:1"\n', r"does not apply"),
+    ('src = "a"\ndst = "b"\n[cluster]\nscheduler = "tcp://x:1"\nscheduler_file = "f"\n', r"not both"),
+    ('src = "a"\ndst = "b"\n[cluster]\nworkers = 0\n', r"\[cluster.workers\] must lie in 1..1024"),
+    ('src = "a"\ndst = "b"\n[synth]\nprofile = "huge"\n', r"\[synth.profile\] must be one of"),
+    ('src = "a"\ndst = "b"\n[synth]\nprofile = "tiny"\n', r"folder named npz"),
+    ('src = "a"\ndst = "b"\ncluster = 3\n', r"\[cluster\] must be dict"),
+    ('src = "a"\n dst = \n', r"not valid TOML"),
+])
+def test_mistakes_are_one_clear_error(tmp_path, text, message):
+    with pytest.raises(PipelineError, match=message) as info:
+        parse_pipeline(text, tmp_path / "bad.toml")
+    assert str(info.value).startswith(str(tmp_path / "bad.toml"))
+
+
+def test_cli_reports_a_bad_run_file_as_usage_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('src = "a"\ndst = "b"\n[options]\nhops = -1\n')
+    result = CliRunner().invoke(main, ["run", str(bad)])
+    assert result.exit_code == 2
+    assert "[options.hops] must lie in 0..64" in result.output
+
+
+def test_missing_src_without_synth_is_a_usage_error(tmp_path):
+    run_file = tmp_path / "r.toml"
+    run_file.write_text('src = "nowhere/npz"\ndst = "out"\n')
+    result = CliRunner().invoke(main, ["run", str(run_file), "-q"])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_a_copied_demo_file_keeps_working(tmp_path, tiny):
+    """Run files are self-contained: copy one elsewhere, its relative paths follow it."""
+    shutil.copy(PIPELINES / "demo-local.toml", tmp_path / "demo.toml")
+    p = load_pipeline(tmp_path / "demo.toml")
+    assert p.src == tmp_path.parent / "demo-data" / "npz"
