@@ -225,6 +225,9 @@ def build(
         results.append(done)
         for record in done["records"]:
             notify("file", record)
+    # Largest first (LPT): the few huge layout files start at once instead of ending the build on one
+    # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
+    pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     futures = [runner.submit(process_batch, batch, opts, str(staging)) for batch in pending]
     for fut in runner.as_completed(futures):
         done = fut.result()
