@@ -13,6 +13,7 @@ in :mod:`.model` (NumPy + Numba, hand-written backward), the CLI commands in :mo
 
 from .baseline import violation_ratio
 from .evaluate import EvalResult, evaluate, evaluate_graph, format_table, write_outputs
+from .holdout import ConfigHoldout, restrict_configs
 from .losses import pairwise_loss
 from .metrics import (
     collection_means,
@@ -35,6 +36,7 @@ from .ranker import Ranker
 from .trainer import TrainConfig, train
 
 __all__ = [
+    "ConfigHoldout",
     "EvalResult",
     "ModelConfig",
     "Ranker",
@@ -49,6 +51,7 @@ __all__ = [
     "ordered_pair_accuracy",
     "pairwise_loss",
     "read_submission",
+    "restrict_configs",
     "slowdown_at_k",
     "tile_score",
     "tile_score_of_listed",
