@@ -1,4 +1,10 @@
-"""``python -m benchmarks --corpus DIR/npz --work DIR [--skip naive] [--json results.json]``."""
+"""``python -m benchmarks --corpus DIR/npz --work DIR [--skip naive,dask,...] [--json results.json]``.
+
+Everything side by side in one run, on one corpus: the inflate-only floors, the naive NumPy baseline,
+``tpuprep build`` on 1 and 2 local workers and on a real 1- and 2-worker Dask cluster, shard sizes, and
+sampled reads; then every target of the performance and Dask issues as a checked ratio, and the
+projection to the whole real dataset.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +18,13 @@ import sys
 from pathlib import Path
 
 from .compare import compare
+from .dask_cluster import LocalDaskCluster
 from .measure import measure
 from .reading import run as run_reading
+
+REAL_INFLATED_BYTES = 400e9
+"""≈ inflated node_config_feat of TpuGraphs train+valid (TPUGRAPHS.md §1); the other members are small."""
+CLUSTER_WORKERS = 16
 
 
 def inflated_bytes(corpus: Path) -> tuple[int, int, int]:
@@ -35,21 +46,94 @@ def tpuprep_cmd(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from tpuprep.cli import main; sys.exit(main())", *args]
 
 
+def machine() -> dict:
+    mem = next((int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal:")), 0)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def targets(res: dict, largest: int) -> dict[str, dict]:
+    """Every target of the issues as {name: {value, target, ok}} (only for the steps that ran)."""
+    out: dict[str, dict] = {}
+
+    def check(name: str, value: float, target: str, ok: bool) -> None:
+        out[name] = {"value": round(value, 3), "target": target, "ok": bool(ok)}
+
+    b1 = res.get("build1", {}).get("wall_s")
+    if b1 and "floor_isal" in res:
+        check("build1 / inflate floor (isal)", b1 / res["floor_isal"]["wall_s"], "<= 1.3",
+              b1 <= 1.3 * res["floor_isal"]["wall_s"])
+    if b1 and "floor_zlib" in res:
+        check("build1 / inflate floor (stdlib zlib)", b1 / res["floor_zlib"]["wall_s"], "<= 1.3 (info)",
+              b1 <= 1.3 * res["floor_zlib"]["wall_s"])
+    if b1 and "build2" in res:
+        s = b1 / res["build2"]["wall_s"]
+        check("speed-up 2 workers / 1 worker", s, ">= 1.8", s >= 1.8)
+    if b1 and "naive" in res:
+        s = res["naive"]["wall_s"] / b1
+        check("speed-up over naive NumPy", s, ">= 20", s >= 20)
+        check("naive content identical", float(res.get("naive_identical", False)), "1", res.get("naive_identical"))
+    budget = 0.3 * largest / 2**20 + 300
+    for step in ("build1", "build2", "dask1", "dask2"):
+        rss = res.get(step, {}).get("peak_worker_rss_mb")
+        if rss:
+            check(f"peak worker RSS {step} (MB)", rss, f"<= {budget:.0f} (0.3 x largest member + 300 MB)",
+                  rss <= budget)
+    for cid, s in res.get("sizes", {}).items():
+        if cid.startswith("layout"):
+            check(f"shard / npz bytes {cid}", s["ratio"], "<= 0.5", s["ratio"] <= 0.5)
+    if "read" in res:
+        check("sampled read speed-up over npz", res["read"]["speedup"], ">= 50", res["read"]["speedup"] >= 50)
+    for n in (1, 2):
+        local, dask = res.get(f"build{n}"), res.get(f"dask{n}")
+        if local and dask:
+            over = dask["wall_s"] / local["wall_s"] - 1
+            check(f"Dask overhead, {n} worker(s)", over, "<= 0.10", over <= 0.10)
+    for step in ("build2", "dask1", "dask2"):
+        if step in res:
+            check(f"{step} shards byte-identical to build1", float(res.get(f"{step}_identical", False)), "1",
+                  res.get(f"{step}_identical"))
+    return out
+
+
+def projection(res: dict) -> dict:
+    """Wall time for the whole real dataset from the measured inflated bytes per second."""
+    out = {"real_inflated_bytes": REAL_INFLATED_BYTES}
+    for step in ("build1", "build2"):
+        if step in res:
+            out[f"this_machine_{step}_min"] = REAL_INFLATED_BYTES / (res[step]["inflated_gb_per_s"] * 1e9) / 60
+    if "dask1" in res:
+        per_worker = res["dask1"]["inflated_gb_per_s"] * 1e9
+        efficiency = (res["dask1"]["wall_s"] / res["dask2"]["wall_s"] / 2) if "dask2" in res else 1.0
+        out["dask_parallel_efficiency_2"] = efficiency
+        out[f"cluster_{CLUSTER_WORKERS}_workers_min"] = (
+            REAL_INFLATED_BYTES / (per_worker * CLUSTER_WORKERS * min(efficiency, 1.0)) / 60)
+    return out
+
+
+def run_step(name: str, cmd: list[str], total: int, res: dict) -> None:
+    m = measure(cmd)
+    res[name] = {"wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb, "inflated_gb_per_s": total / m.wall_s / 1e9}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks")
     ap.add_argument("--corpus", type=Path, required=True, help="an npz/ tree, e.g. from tpuprep synth --profile bench")
     ap.add_argument("--work", type=Path, required=True, help="scratch folder for outputs (emptied)")
-    ap.add_argument("--skip", default="", help="comma-separated steps to skip: naive, build2, read, dask")
+    ap.add_argument("--skip", default="", help="comma-separated steps to skip: naive, build2, dask, read")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     total, largest, size_in = inflated_bytes(args.corpus)
-    res: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                             "platform": platform.platform()},
+    res: dict = {"machine": machine(),
                  "corpus": {"files": len(list(args.corpus.rglob("*.npz"))), "npz_bytes": size_in,
                             "inflated_bytes": total, "largest_node_config_feat": largest}}
+    print(json.dumps(res, indent=1), flush=True)
     steps: dict[str, list[str]] = {
         "floor_zlib": [sys.executable, "-m", "benchmarks.floor", str(args.corpus), "--backend", "zlib"],
         "floor_isal": [sys.executable, "-m", "benchmarks.floor", str(args.corpus), "--backend", "isal"],
@@ -60,16 +144,27 @@ def main() -> None:
     for name, cmd in steps.items():
         if name in skip:
             continue
-        m = measure(cmd)
-        res[name] = {"wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb, "inflated_gb_per_s": total / m.wall_s / 1e9}
-        print(f"{name:11s} {m.wall_s:8.2f} s  peak RSS {m.peak_rss_mb:8.0f} MB  {total / m.wall_s / 1e9:6.2f} GB/s inflated",
-              flush=True)
+        run_step(name, cmd, total, res)
+        if name.startswith("build"):  # every process of the build is a worker or its parent
+            res[name]["peak_worker_rss_mb"] = res[name]["peak_rss_mb"]
+        print(f"{name:11s} {json.dumps(res[name])}", flush=True)
+    if "dask" not in skip:
+        for n in (1, 2):
+            with LocalDaskCluster(n, args.work / f"dask{n}-cluster") as cluster:
+                run_step(f"dask{n}", tpuprep_cmd("build", "--src", str(args.corpus), "--dst",
+                                                 str(args.work / f"d{n}"), "-q", "--scheduler-file",
+                                                 str(cluster.scheduler_file)), total, res)
+                res[f"dask{n}"]["peak_worker_rss_mb"] = cluster.peak_worker_rss_mb()
+            print(f"dask{n}       {json.dumps(res[f'dask{n}'])}", flush=True)
     if "naive" not in skip:
-        res["naive_identical"] = not (problems := compare(args.work / "naive", args.work / "w1"))
+        problems = compare(args.work / "naive", args.work / "w1")
+        res["naive_identical"] = not problems
         print("naive content identical to tpuprep:", res["naive_identical"], problems[:5])
-    if "build2" not in skip:
-        same = subprocess.run(["diff", "-r", "-q", str(args.work / "w1"), str(args.work / "w2")], capture_output=True)
-        res["build2_identical"] = same.returncode == 0
+    for name, folder in (("build2", "w2"), ("dask1", "d1"), ("dask2", "d2")):
+        if name in res:
+            same = subprocess.run(["diff", "-r", "-q", str(args.work / "w1"), str(args.work / folder)],
+                                  capture_output=True)
+            res[f"{name}_identical"] = same.returncode == 0
     manifest = json.loads((args.work / "w1" / "manifest.json").read_text())
     res["sizes"] = {cid: {"npz_bytes": c["totals"]["bytes_in"], "shard_bytes": c["totals"]["bytes_out"],
                           "ratio": c["totals"]["bytes_out"] / c["totals"]["bytes_in"]}
@@ -79,17 +174,12 @@ def main() -> None:
     if "read" not in skip:
         res["read"] = run_reading(args.work / "w1", args.corpus)
         print(f"read       {res['read']}")
-    f = res.get("floor_zlib", {}).get("wall_s")
-    if f:
-        ratios = {"build1_over_floor_zlib": res["build1"]["wall_s"] / f,
-                  "build1_over_floor_isal": res["build1"]["wall_s"] / res["floor_isal"]["wall_s"]}
-        if "build2" in res:
-            ratios["speedup_2_workers"] = res["build1"]["wall_s"] / res["build2"]["wall_s"]
-        if "naive" in res:
-            ratios["speedup_over_naive"] = res["naive"]["wall_s"] / res["build1"]["wall_s"]
-        ratios["rss_budget_mb"] = 0.3 * largest / 2**20 + 300
-        res["ratios"] = ratios
-        print(json.dumps(ratios, indent=1))
+    res["targets"] = targets(res, largest)
+    res["projection"] = projection(res)
+    print()
+    for name, t in res["targets"].items():
+        print(f"{'ok  ' if t['ok'] else 'MISS'} {name:45s} {t['value']:>10} (target {t['target']})")
+    print(json.dumps(res["projection"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
 

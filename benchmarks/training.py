@@ -1,0 +1,129 @@
+"""The trainer against its acceptance bar, and its throughput.
+
+``python -m benchmarks.training --work DIR [--seconds 120] [--alexnet PATH] [--json F] [--profile small]``
+
+1. Synthesises the ``small`` profile (seed 0; ``--profile tiny`` for a smoke run) into ``DIR/synth`` and
+   builds it into ``DIR/shards`` (both reused when present).
+2. Per collection, trains a model for ``--seconds`` of wall time (one BLAS thread) and evaluates it on
+   the valid split with the noise-free truth: τ, the oracle τ (noise-free vs measured) and the
+   violation-ratio heuristic's τ for layout; the tile score for tile. Training throughput = sampled
+   configs per second of training (steps × configs per step ÷ training seconds, validation excluded).
+3. With ``--alexnet``, the real ``alexnet_train_batch_32.npz``: built as layout:xla:default, trained on
+   80 % of its unique configs (``ConfigHoldout``) and scored on the other 20 % with all their duplicates.
+
+Prints a table with each acceptance check (issue: τ ≥ 0.8 × oracle τ and above the heuristic on every
+layout collection; tile score ≥ 0.9) and exits 1 when one fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+LAYOUT_BATCH = 64
+
+
+def prepare(work: Path, profile: str) -> tuple[Path, Path]:
+    """(synth root, shard folder) of the profile, made once."""
+    from tpuprep.build import build
+    from tpuprep.synth import synthesize
+
+    synth, shards = work / "synth", work / "shards"
+    if not (synth / "npz").is_dir():
+        synthesize(synth, profile, 0)
+    if not (shards / "manifest.json").is_file():
+        shutil.rmtree(shards, ignore_errors=True)
+        build(synth / "npz", shards)
+    return synth, shards
+
+
+def train_timed(ds, collection: str, seconds: float, **extra):
+    """A model trained for ``seconds``; returns (ranker, throughput record)."""
+    from tpuprep.train import TrainConfig, train
+
+    cfg = TrainConfig(epochs=100_000, time_budget=seconds, batch_configs=LAYOUT_BATCH, validate=False, **extra)
+    start = time.monotonic()
+    ranker = train(ds, collection, cfg, log=None)
+    wall = time.monotonic() - start
+    steps = ranker.history[-1]["steps"]
+    per_step = cfg.batch_configs
+    if collection.startswith("tile"):  # a tile step takes every config of the graph up to the batch size
+        per_step = min(cfg.batch_configs, max(ds.load_graph(g).num_unique_configs
+                                              for g in ds.graph_ids(collection, "train")))
+    return ranker, {"train_s": round(wall, 1), "steps": steps, "configs_per_step": per_step,
+                    "configs_per_s": round(steps * per_step / ranker.history[-1]["seconds"], 1)}
+
+
+def synthetic(work: Path, profile: str, seconds: float) -> dict:
+    import tpuprep
+    from tpuprep.train import evaluate
+
+    synth, shards = prepare(work, profile)
+    ds = tpuprep.open_dataset(shards)
+    out: dict = {}
+    for coll in ds.collections:
+        ranker, thr = train_timed(ds, coll, seconds)
+        res = evaluate(ds, [ranker], split="valid", truth=synth, log=None)
+        s = res.summary[coll]
+        row = {**thr, "graphs": int(s["graphs"])}
+        if coll.startswith("layout"):
+            row |= {"tau": s["tau"], "tau_oracle": s["tau_oracle"], "tau_violation": s["tau_violation"],
+                    "opa": s["opa"], "slowdown_5": s["slowdown_5"]}
+            row["checks"] = {"tau >= 0.8 x oracle": s["tau"] >= 0.8 * s["tau_oracle"],
+                             "tau > violation heuristic": s["tau"] > s["tau_violation"]}
+        else:
+            row |= {"tile_score": s["tile_score"], "tile_score_oracle": s.get("tile_score_oracle")}
+            row["checks"] = {"tile score >= 0.9": s["tile_score"] >= 0.9}
+        out[coll] = row
+        print(f"{coll:20s} {json.dumps(row)}", flush=True)
+    return out
+
+
+def alexnet(work: Path, path: Path, seconds: float) -> dict:
+    import tpuprep
+    from tpuprep.build import build
+    from tpuprep.train import ConfigHoldout, evaluate
+
+    tree = work / "alexnet" / "npz" / "layout" / "xla" / "default" / "train"
+    tree.mkdir(parents=True, exist_ok=True)
+    shutil.copy(path, tree / path.name)
+    shards = work / "alexnet" / "shards"
+    shutil.rmtree(shards, ignore_errors=True)
+    build(work / "alexnet" / "npz", shards)
+    coll = "layout:xla:default"
+    view = ConfigHoldout(tpuprep.open_dataset(shards), coll, fraction=0.2, seed=0)
+    ranker, thr = train_timed(view, coll, seconds)
+    row = evaluate(view, [ranker], split="valid", log=None).rows[0]
+    keep = ("configs", "unique_configs", "tau", "tau_submission", "opa", "tau_violation", "slowdown_1",
+            "slowdown_5")
+    result = {**thr, **{k: row[k] for k in keep}}
+    print(f"alexnet (20 % of unique configs held out) {json.dumps(result)}", flush=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.training")
+    ap.add_argument("--work", type=Path, required=True, help="scratch folder (synth tree and shards are reused)")
+    ap.add_argument("--seconds", type=float, default=120.0, help="training wall time per collection")
+    ap.add_argument("--alexnet", type=Path, default=None, help="path of alexnet_train_batch_32.npz")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--profile", default="small", help="synthetic profile (the acceptance bar is for small)")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    res = {"profile": args.profile, "seconds_per_collection": args.seconds,
+           "collections": synthetic(args.work, args.profile, args.seconds)}
+    if args.alexnet is not None:
+        res["alexnet"] = alexnet(args.work, args.alexnet, args.seconds)
+    failed = [f"{c}: {name}" for c, r in res["collections"].items() for name, ok in r["checks"].items() if not ok]
+    print("\nacceptance:", "all checks pass" if not failed else "FAILED " + "; ".join(failed))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
