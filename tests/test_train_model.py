@@ -224,3 +224,10 @@ def test_init_is_seeded_and_adam_moves_downhill():
     assert np.abs(p["w"]).max() < 0.1
     assert lr_at(0, 100, 1.0) < lr_at(5, 100, 1.0) == pytest.approx(1.0)
     assert lr_at(99, 100, 1.0) < 0.1
+    # a time budget: the schedule follows whichever of steps and time is further along
+    many = 1_000_000
+    assert lr_at(0, many, 1.0) < 1e-4  # by steps alone, a long run is still warming up
+    assert lr_at(0, many, 1.0, progress=0.05) == pytest.approx(1.0, rel=1e-4)
+    assert lr_at(10, many, 1.0, progress=0.5) == pytest.approx(lr_at(many // 2, many, 1.0))
+    assert lr_at(10, many, 1.0, progress=1.0) == pytest.approx(0.05, rel=1e-3)
+    assert lr_at(99, 100, 1.0, progress=0.0) == lr_at(99, 100, 1.0)  # steps further along: steps win

@@ -10,10 +10,16 @@ Params = dict[str, np.ndarray]
 
 
 def lr_at(step: int, total: int, base_lr: float, warmup_frac: float = 0.05,
-          final_frac: float = 0.05) -> float:
-    """Learning rate at 0-based ``step`` of ``total``: linear warm-up, then cosine down to final_frac·lr."""
+          final_frac: float = 0.05, progress: float | None = None) -> float:
+    """Learning rate at 0-based ``step`` of ``total``: linear warm-up, then cosine down to final_frac·lr.
+
+    ``progress`` (a fraction of the run, e.g. elapsed ÷ time budget) overrides the step count when it is
+    further along, so a run cut short by a time budget still warms up and decays within that budget.
+    """
     total = max(int(total), 1)
     warm = max(1, round(warmup_frac * total))
+    if progress is not None and progress * total > step:
+        step = min(int(progress * total), total - 1)
     if step < warm:
         return base_lr * (step + 1) / warm
     prog = min(1.0, (step - warm) / max(1, total - warm))

@@ -44,7 +44,8 @@ class TrainConfig:
     weight_decay: float = 1e-5
     clip_norm: float = 1.0
     batches_per_graph: int = 1
-    time_budget: float | None = None  # seconds; stops after the step that crosses it
+    time_budget: float | None = None  # seconds; stops after the step that crosses it, and the LR
+    # schedule follows whichever of steps and time runs out first (warm-up and decay fit the budget)
     holdout_fold: int | None = None  # train on train+valid graphs of the other folds, validate on it
     validate: bool = True
     valid_max_configs: int = 2000  # unique configs sampled per graph for the per-epoch check
@@ -193,7 +194,8 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
                 scores, fc = forward(ranker.params, pg, ranker.batch_inputs(rec, rows), mcfg)
                 loss, dscores = pairwise_loss(scores, target[rows], cfg.loss, cfg.margin)
                 grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
-                opt.step(ranker.params, grads, lr_at(step, total, cfg.lr))
+                spent = None if cfg.time_budget is None else (time.monotonic() - t0) / max(cfg.time_budget, 1e-9)
+                opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=spent))
                 losses.append(loss)
                 step += 1
                 if cfg.time_budget is not None and time.monotonic() - t0 > cfg.time_budget:
