@@ -29,7 +29,7 @@ def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
 def test_build_benchmark_runs_every_step_and_checks_every_target(synth_root, tmp_path):
     out = tmp_path / "r.json"
     proc = run_module("benchmarks", "--corpus", str(synth_root / "npz"), "--work", str(tmp_path / "w"),
-                      "--json", str(out))
+                      "--json", str(out), "--repeat", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     for step in ("floor_zlib", "floor_isal", "naive", "build1", "build2", "dask1", "dask2"):
