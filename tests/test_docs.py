@@ -245,3 +245,18 @@ def test_card_dataset_info_is_enforced_by_hf_datasets(synth_shards, tmp_path):
 def test_card_split_names(split):
     assert re.fullmatch(r"\w+", HF_SPLITS[split])
     assert HF_SPLITS[split] == {"valid": "validation"}.get(split, split)
+
+
+def test_readme_opens_with_the_two_setup_commands_that_ci_runs():
+    """The README's first code block is exactly two commands for a fresh machine — the main job on the
+    embedded default, then the tests — and .ci/run takes them from there rather than from a copy."""
+    readme = (REPO / "README.md").read_text()
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    demo, tests = first_block.strip().splitlines()
+    assert demo.startswith("python3 -m venv .venv") and demo.endswith("tpuprep demo")
+    assert tests.startswith("python3 -m venv .venv") and tests.endswith("python -m pytest")
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "README.md" in ci and "pytest" not in ci.replace("pytest collected no tests", "")
+    got = subprocess.run(["bash", "-c", "awk '/^```bash/ {inside = 1; next} /^```/ {if (inside) exit} inside' README.md"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert got == [demo, tests]
