@@ -68,6 +68,8 @@ def test_same_seed_same_weights_and_save_load(ds, tmp_path):
     assert all(np.array_equal(a.params[k], d.params[k]) for k in a.params)
     assert not all(np.array_equal(a.params[k], c.params[k]) for k in a.params)
     assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
+    # every step scores batch_configs sampled configs (each fake graph has 80 unique ones)
+    assert [h["configs"] for h in a.history] == [16 * h["steps"] for h in a.history]
     # saved model: .npz + .json with hyper-parameters, stats and seed; predictions identical after load
     assert (tmp_path / "a.npz").is_file() and (tmp_path / "a.json").is_file()
     loaded = Ranker.load(tmp_path / "a.json")

@@ -173,7 +173,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
     if not usable:
         raise ValueError(f"no training graph of {collection} has ≥ 2 labelled unique configs")
     total = max(1, cfg.epochs * len(usable) * cfg.batches_per_graph)
-    step = 0
+    step = configs_seen = 0
     t0 = time.monotonic()
     stopped = ""
 
@@ -190,6 +190,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
             assert target is not None
             for _ in range(cfg.batches_per_graph):
                 k = min(cfg.batch_configs, len(target))
+                configs_seen += k
                 rows = np.sort(rng.choice(len(target), k, replace=False))
                 scores, fc = forward(ranker.params, pg, ranker.batch_inputs(rec, rows), mcfg)
                 loss, dscores = pairwise_loss(scores, target[rows], cfg.loss, cfg.margin)
@@ -203,7 +204,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
                     break
             if stopped:
                 break
-        entry: dict[str, Any] = {"epoch": epoch, "steps": step,
+        entry: dict[str, Any] = {"epoch": epoch, "steps": step, "configs": configs_seen,
                                  "loss": float(np.mean(losses)) if losses else math.nan,
                                  "seconds": round(time.monotonic() - t0, 3)}
         msg = f"epoch {epoch}/{cfg.epochs}  loss {entry['loss']:.4f}  steps {step}"
