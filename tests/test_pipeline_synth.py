@@ -118,3 +118,25 @@ def test_demo_runs_the_main_job(tmp_path):
     assert result.exit_code == 0, result.output
     assert "all exact" in result.output and "layout:xla:random" in result.output
     assert (tmp_path / "shards" / "manifest.json").exists()
+
+
+def test_tile_files_are_batched_per_split_even_when_splits_interleave(synth_root, monkeypatch):
+    """Inputs come sorted by graph id, which interleaves train/valid/test: batching must not break a
+    run at every split change (it once made one task and one shard file per tile file)."""
+    from tpuprep import build as build_module
+    from tpuprep.inputs import discover
+
+    inputs, _ = discover(synth_root / "npz", None, None)
+    tiles = [i for i in inputs if i.kind == "tile"]
+    assert len({i.split for i in tiles}) == 3
+    monkeypatch.setattr(build_module, "TILE_BATCH_FILES", 2)
+    batches = build_module.plan_batches(inputs)
+    assert sorted(i.relpath for b in batches for i in b) == sorted(i.relpath for i in inputs)
+    for b in batches:
+        assert len({(i.kind, i.collection, i.split) for i in b}) == 1
+        assert len(b) == 1 or (b[0].kind == "tile" and len(b) <= 2)
+    for split in ("train", "valid", "test"):
+        group = [i.graph_id for i in tiles if i.split == split]
+        runs = [[i.graph_id for i in b] for b in batches if b[0].kind == "tile" and b[0].split == split]
+        assert [g for run in runs for g in run] == sorted(group)  # contiguous, in graph-id order
+        assert len(runs) == -(-len(group) // 2)  # as few runs as the limit allows

@@ -51,16 +51,23 @@ TILE_BATCH_BYTES = 32 << 20
 
 
 def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
-    """Group sorted inputs into tasks: one per layout file, runs of up to 64 tile files (≤ 32 MB) of
-    the same split. Deterministic, and a batch never spans two (collection, split) groups."""
+    """Group sorted inputs into tasks: one per layout file; tile files of one (collection, split) in runs
+    of up to 64 files (≤ 32 MB). Inputs come sorted by graph id, which interleaves the splits, so one run
+    stays open per (collection, split); each run is a contiguous slice of its split's sorted files, which
+    keeps graph-id order across runs. Deterministic; a batch never spans two (collection, split) groups."""
     batches: list[list[InputFile]] = []
+    open_runs: dict[tuple[str, str], tuple[list[InputFile], int]] = {}  # (collection, split) -> (run, bytes)
     for inp in inputs:
-        last = batches[-1] if batches else None
-        if (inp.kind == "tile" and last and last[0].kind == "tile" and last[0].split == inp.split
-                and len(last) < TILE_BATCH_FILES and sum(i.size for i in last) + inp.size <= TILE_BATCH_BYTES):
-            last.append(inp)
-        else:
+        if inp.kind != "tile":
             batches.append([inp])
+            continue
+        key = (inp.collection, inp.split)
+        run, size = open_runs.get(key, (None, 0))
+        if run is None or len(run) >= TILE_BATCH_FILES or size + inp.size > TILE_BATCH_BYTES:
+            run, size = [], 0
+            batches.append(run)
+        run.append(inp)
+        open_runs[key] = (run, size + inp.size)
     return batches
 
 
