@@ -193,13 +193,38 @@ def test_derived_features_and_violation_ratio(layout_graph):
     pg = prepare_graph(g, "layout", *stats_of([g]), 1, np.float64)
     vals = g.node_config_feat()
     feats, viol = derived_config_features(pg, vals, np.float64)
-    assert feats.shape == (len(vals), len(g.node_config_ids), 6)
+    assert feats.shape == (len(vals), len(g.node_config_ids), 8)
     np.testing.assert_allclose(viol, violation_ratio(g))
     # hand-computed violation of config 0
     nf = g.node_feat[g.node_config_ids]
     v0 = vals[0].astype(np.int64)
     minor = np.where(v0[:, 0] >= 0, v0[:, 0], nf[:, 134].astype(np.int64))
     assert violation_ratio(g, np.array([0]))[0] == pytest.approx(np.mean(minor != nf[:, 21:27].argmax(1)))
+    # feats 6, 7 by brute force: each node's most frequent output block over every ORIGINAL config
+    # (ties: the smallest base-7 code), then "differs from it" and that times √(elements × window) / max
+    everything = vals[g.config_inverse].astype(np.int64)  # (c, nc, 18)
+    elements = lambda node: max(float(g.node_feat[node, 28]), 1.0)  # noqa: E731
+    work = []
+    for node in g.node_config_ids:  # multiply-adds: conv × window size, dot × contraction size
+        w = elements(node)
+        if g.node_opcode[node] == 26:
+            w *= max(float(g.node_feat[node, 44]), 1.0)
+        operands = [v for u, v in g.edge_index.tolist() if u == node]
+        if g.node_opcode[node] == 34 and len(operands) == 2:
+            w *= max(1.0, (elements(operands[0]) * elements(operands[1]) / elements(node)) ** 0.5)
+        work.append(w)
+    cost = np.sqrt(np.array(work))
+    code = lambda block: sum((int(x) + 1) * 7**i for i, x in enumerate(block))  # noqa: E731
+    for j in range(everything.shape[1]):
+        counts: dict[tuple, int] = {}
+        for row in everything[:, j, 0:6]:
+            counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+        best = max(counts.values())
+        modal = min((b for b, k in counts.items() if k == best), key=code)
+        differs = np.array([tuple(r) != modal for r in vals[:, j, 0:6].astype(np.int64)], float)
+        np.testing.assert_array_equal(feats[:, j, 6], differs)
+        np.testing.assert_allclose(feats[:, j, 7], differs * cost[j] / cost.max())
+    assert feats[:, :, 6].any() and not feats[:, :, 6].all()  # the fake graph exercises both cases
 
 
 def test_violation_ratio_correlates_on_fake_data():
@@ -231,3 +256,18 @@ def test_init_is_seeded_and_adam_moves_downhill():
     assert lr_at(10, many, 1.0, progress=0.5) == pytest.approx(lr_at(many // 2, many, 1.0))
     assert lr_at(10, many, 1.0, progress=1.0) == pytest.approx(0.05, rel=1e-3)
     assert lr_at(99, 100, 1.0, progress=0.0) == lr_at(99, 100, 1.0)  # steps further along: steps win
+
+
+def test_node_work_counts_multiply_adds():
+    from tpuprep.train.features import node_work
+
+    # nodes: 0 A (4×8), 1 B (8×2), 2 dot C = A·B (4×2), 3 conv (100 outputs, 3×3 window),
+    # 4 reshape (6 elements), 5 a dot whose second operand was pruned away
+    nf = np.zeros((6, 140), np.float32)
+    nf[:, 28] = [32, 16, 8, 100, 6, 8]
+    nf[:, 44] = 1
+    nf[3, 44] = 9
+    opcode = np.array([63, 63, 34, 26, 75, 34])
+    edges = np.array([[2, 0], [2, 1], [3, 0], [4, 3], [5, 0]])
+    work = node_work(nf, opcode, edges, np.array([2, 3, 4, 5]))
+    np.testing.assert_allclose(work, [8 * 8, 100 * 9, 6, 8])  # contraction k = √(32·16/8) = 8

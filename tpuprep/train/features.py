@@ -22,11 +22,13 @@ rows ``R_l`` and columns ``R_{l−1}``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..kernels.repad import OPCODE_CONVOLUTION
 from .kernels import csr_spmm_batched
 
 N_NUM = 134
@@ -37,7 +39,8 @@ N_FEAT = N_NUM + len(LAYOUT_COLS) * N_LAYOUT_VALUES + 1  # 177
 N_OPCODES = 128  # ids 0..120 in the data; anything else maps to 0 ("unknown")
 N_SLOTS = 18
 N_TILE_FEAT = 24
-N_DERIVED = 6
+N_DERIVED = 8
+OPCODE_DOT = 34  # HLO dot (TPUGRAPHS.md §6)
 CLIP = 10.0
 
 
@@ -101,6 +104,9 @@ class PreparedGraph:
     x (n, 177) float; opcode (n,) int64 in 0..127; p_in / p_out (n × n) mean operators with
     transposes; config_pos (nc,) int64 (layout) — positions of configurable nodes among kept nodes;
     cfg_dims (nc, 6) float64 output dims and cfg_default (nc, 6) int64 node layout of those nodes;
+    cfg_modal (nc,) int64 the base-7 code of each node's most frequent output block over the graph's
+    configs (weighted by group size); cfg_cost (nc,) float64 √(multiply-adds) of each node
+    (:func:`node_work`) ÷ the largest over the graph's configurable nodes, in (0, 1];
     regions[l] (|R_l|,) int64 for l = 0..L; sub_in[l] / sub_out[l] (|R_l| × |R_{l−1}|, index 0 unused).
     """
 
@@ -116,6 +122,8 @@ class PreparedGraph:
     config_pos: np.ndarray
     cfg_dims: np.ndarray | None = None
     cfg_default: np.ndarray | None = None
+    cfg_modal: np.ndarray | None = None
+    cfg_cost: np.ndarray | None = None
     regions: list[np.ndarray] = field(default_factory=list)
     sub_in: list[Csr | None] = field(default_factory=list)
     sub_out: list[Csr | None] = field(default_factory=list)
@@ -237,6 +245,9 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     if kind == "layout":
         pg.cfg_dims = np.asarray(node_feat[config_pos, 21:27], np.float64)
         pg.cfg_default = np.rint(np.asarray(node_feat[config_pos, 134:140], np.float64)).astype(np.int64)
+        pg.cfg_modal = modal_output_codes(record)
+        cost = np.sqrt(node_work(node_feat, opcode, edge_index, config_pos))
+        pg.cfg_cost = cost / cost.max() if cost.size else cost
         pg.regions = grow_regions(edge_index, n, config_pos, layers)
         pg.sub_in, pg.sub_out, pg.sub_in_t, pg.sub_out_t = [None], [None], [None], [None]
         for lay in range(1, layers + 1):
@@ -249,19 +260,78 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     return pg
 
 
+def node_work(node_feat: np.ndarray, opcode: np.ndarray, edge_index: np.ndarray,
+              nodes: np.ndarray) -> np.ndarray:
+    """(len(nodes),) float64 multiply-adds of each node: output elements (col 28) × window size (col 44)
+    for a convolution, × contraction size k for a dot (k = √(|A|·|B| / |C|) from its two operands'
+    element counts, A·B = C), × 1 otherwise; at least 1. Operands are the nodes it consumes
+    (edge rows [u, v]: u uses v); a dot without exactly two kept operands counts k = 1."""
+    elements = np.maximum(np.asarray(node_feat[:, 28], np.float64), 1.0)
+    work = elements[nodes] * np.where(opcode[nodes] == OPCODE_CONVOLUTION,
+                                      np.maximum(np.asarray(node_feat[nodes, 44], np.float64), 1.0), 1.0)
+    for i in np.flatnonzero(opcode[nodes] == OPCODE_DOT):
+        operands = edge_index[edge_index[:, 0] == nodes[i], 1]
+        if len(operands) == 2:
+            work[i] *= max(1.0, math.sqrt(elements[operands[0]] * elements[operands[1]] / elements[nodes[i]]))
+    return work
+
+
+N_SUMMARY = 3
+
+
+def config_summary(pg: PreparedGraph, feats: np.ndarray, violation: np.ndarray) -> np.ndarray:
+    """(B, N_SUMMARY) config-level features that go straight into the head: the violation ratio; the
+    share of configurable nodes whose output block left its modal one (mean of feat 6); and the share
+    of the graph's configurable work that did (Σ feat 7 ÷ Σ ``cfg_cost``) — the additive structure of
+    real runtimes (a jump per group that leaves its modal output layout, growing with its work)."""
+    assert pg.cfg_cost is not None
+    b, nc = feats.shape[0], feats.shape[1]
+    out = np.zeros((b, N_SUMMARY), feats.dtype)
+    out[:, 0] = violation
+    if nc:
+        out[:, 1] = feats[:, :, 6].mean(axis=1)
+        out[:, 2] = feats[:, :, 7].sum(axis=1) / max(float(pg.cfg_cost.sum()), 1e-12)
+    return out
+
+
+MODAL_SAMPLE = 4096
+"""Unique configs looked at to find each node's modal output block (evenly spaced over the graph's)."""
+POW7 = 7 ** np.arange(6, dtype=np.int64)
+
+
+def modal_output_codes(record: Any) -> np.ndarray:
+    """(nc,) int64: per configurable node, the base-7 code of its most frequent output block (slots 0–5)
+    over the graph's original configs, i.e. unique configs weighted by ``group_size``; ties → smallest
+    code. At most ``MODAL_SAMPLE`` evenly spaced unique configs are counted. Uses only the config data
+    every split has (no runtimes), so test graphs get it too."""
+    codes = np.asarray(record.config_codes)
+    c_u, nc = codes.shape[0], codes.shape[1]
+    rows = np.unique(np.linspace(0, c_u - 1, min(c_u, MODAL_SAMPLE)).astype(np.int64))
+    out = codes[rows, :, 0].astype(np.int64)  # (k, nc): slots 0–5 as one base-7 code (TGraph convention)
+    weight = np.asarray(record.group_size, np.float64)[rows]
+    modal = np.zeros(nc, np.int64)
+    for j in range(nc):
+        values, inverse = np.unique(out[:, j], return_inverse=True)
+        modal[j] = values[np.argmax(np.bincount(inverse, weights=weight))]
+    return modal
+
+
 def derived_config_features(pg: PreparedGraph, values: np.ndarray,
                             dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Hand-made layout features per configurable node and config, and the violation ratio per config.
 
-    values (B, nc, 18) int8. Returns (feats (B, nc, 6), violation (B,)), both ``dtype``. With the output
+    values (B, nc, 18) int8. Returns (feats (B, nc, N_DERIVED = 8), violation (B,)), both ``dtype``. With the output
     layout taken from the config, or from node_feat cols 134–139 when the block is all −1 (default):
     0 minor-most output dim is the largest dim (the 128-lane side, seeds/002 §5.2);
     1, 2 log2(1 + size) / 10 of the dims in the two most-minor positions; 3 operand-0 minor dim differs
     from the output's (a layout change, i.e. a copy); 4 the output block is the compiler default;
-    5 the minor-most dim differs from the node's default layout. Violation = mean of (1 − feat 0) over
-    nodes of rank ≥ 2 (0 if none).
+    5 the minor-most dim differs from the node's default layout; 6 the output block differs from the
+    node's modal output block in this graph (``cfg_modal``: real runtimes jump when a group leaves its
+    modal output layout, STATS §4); 7 feat 6 × the node's relative cost (``cfg_cost``: the jump grows with
+    the node's work). Violation = mean of (1 − feat 0) over nodes of rank ≥ 2 (0 if none).
     """
     assert pg.cfg_dims is not None and pg.cfg_default is not None
+    assert pg.cfg_modal is not None and pg.cfg_cost is not None
     v = np.asarray(values, np.int64)
     b, nc = v.shape[0], v.shape[1]
     feats = np.zeros((b, nc, N_DERIVED), np.float64)
@@ -284,6 +354,9 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
     feats[:, :, 3] = (inp[:, :, 0] != m0) & (inp[:, :, 0] >= 0) & (m0 >= 0)
     feats[:, :, 4] = is_default
     feats[:, :, 5] = (m0 != default[None, :, 0]) & (m0 >= 0)
+    out_code = ((v[:, :, 0:6] + 1) * POW7).sum(axis=2)
+    feats[:, :, 6] = out_code != pg.cfg_modal[None]
+    feats[:, :, 7] = feats[:, :, 6] * pg.cfg_cost[None]
     counted = (rank[None] >= 2) & (m0 >= 0)
     n_counted = counted.sum(axis=1)
     viol = np.where(n_counted > 0, (counted & (feats[:, :, 0] == 0)).sum(axis=1) / np.maximum(n_counted, 1),

@@ -17,7 +17,9 @@ at a fraction of its cost.
 
 Tile: graph embedding ``g = S / n`` fused late with the log-scaled ``config_feat`` f (B, 24).
 
-Head: ``s^b = gelu(pooled^b W_p [+ f^b W_c] + b_p) · w_o + b_o`` — one score per config, higher = slower.
+Head: ``s^b = gelu(pooled^b W_p [+ f^b W_c] [+ z^b W_summary] + b_p) · w_o + b_o`` — one score per
+config, higher = slower; z (B, 3) are the layout config summaries of ``features.config_summary``
+(violation ratio, share of nodes and of work whose output layout left its mode), straight to the head.
 
 Every parameter lives in a flat ``dict[str, ndarray]``; :func:`forward` returns scores and a cache,
 :func:`backward` returns gradients with the same keys. float64 is used by the gradient checks, float32
@@ -38,8 +40,10 @@ from .features import (
     N_LAYOUT_VALUES,
     N_OPCODES,
     N_SLOTS,
+    N_SUMMARY,
     N_TILE_FEAT,
     PreparedGraph,
+    config_summary,
     derived_config_features,
 )
 from .kernels import config_embed_gather, config_embed_scatter, rows_scatter_add
@@ -139,7 +143,7 @@ def init_params(cfg: ModelConfig, seed: int) -> Params:
     p["w_p"] = normal((h, h2), h)
     if cfg.kind == "layout" and cfg.derived:
         p["w_d"] = normal((N_DERIVED, h), N_DERIVED)
-        p["w_vr"] = normal((h2,), 1, 0.5)
+        p["w_summary"] = normal((N_SUMMARY, h2), 1, 0.5)
     if cfg.kind == "tile":
         p["w_c"] = normal((N_TILE_FEAT, h2), N_TILE_FEAT)
     p["b_p"] = np.zeros(h2, dt)
@@ -171,7 +175,7 @@ class ChunkCache:
     dgelu_p0: np.ndarray | None = None
     layer: list[dict[str, np.ndarray]] = field(default_factory=list)
     derived: np.ndarray | None = None
-    violation: np.ndarray | None = None
+    summary: np.ndarray | None = None  # (B, N_SUMMARY) config-level features (features.config_summary)
 
 
 @dataclass
@@ -253,15 +257,16 @@ def _forward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, batch: np
     n = max(pg.n_nodes, 1)
     layer_caches: list[dict[str, np.ndarray]] = []
     dg0 = None
-    derived = viol = None
+    derived = summary = None
     if cfg.kind == "layout":
         if cfg.derived:
             derived, viol = derived_config_features(pg, batch, params["w_x"].dtype)
+            summary = config_summary(pg, derived, viol)
         d, dg0, layer_caches = _layout_delta(params, pg, st, batch, derived, cfg.layers, keep)
         pooled = (st.total[None] + d.sum(axis=1)) / n
         q = pooled @ params["w_p"] + params["b_p"]
-        if viol is not None:
-            q = q + viol[:, None] * params["w_vr"][None]
+        if summary is not None:
+            q = q + summary @ params["w_summary"]
     else:
         pooled = np.broadcast_to(st.total / n, (batch.shape[0], st.total.shape[0]))
         q = pooled @ params["w_p"] + batch.astype(params["w_c"].dtype, copy=False) @ params["w_c"] \
@@ -270,7 +275,7 @@ def _forward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, batch: np
     scores = u @ params["w_o"] + params["b_o"][0]
     if not keep:
         return scores, None
-    return scores, ChunkCache(batch, pooled, dgu, u, dg0, layer_caches, derived, viol)  # type: ignore[arg-type]
+    return scores, ChunkCache(batch, pooled, dgu, u, dg0, layer_caches, derived, summary)  # type: ignore[arg-type]
 
 
 def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConfig,
@@ -320,8 +325,8 @@ def _backward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, cc: Chun
     g["w_p"] += cc.pooled.T @ dq
     g["b_p"] += dq.sum(axis=0)
     dpooled = dq @ params["w_p"].T  # (B, H)
-    if cc.violation is not None:
-        g["w_vr"] += cc.violation @ dq
+    if cc.summary is not None:
+        g["w_summary"] += cc.summary.T @ dq
     if cfg.kind == "tile":
         g["w_c"] += cc.batch.astype(dt, copy=False).T @ dq
         return dpooled.sum(axis=0) / n
@@ -400,11 +405,11 @@ def reference_layout_scores(params: Params, pg: PreparedGraph, values: np.ndarra
         x = pg.x.astype(params["w_x"].dtype)
         pre = x @ params["w_x"] + params["b_x"] + params["e_op"][pg.opcode]
         emb = params["e_cfg"][np.arange(N_SLOTS)[None, :], values[b].astype(np.int64) + 1].sum(axis=1)
-        viol = 0.0
+        summary = None
         if cfg.derived:
             dfeat, vr = derived_config_features(pg, values[b:b + 1], params["w_x"].dtype)
             emb = emb + dfeat[0] @ params["w_d"]
-            viol = vr[0]
+            summary = config_summary(pg, dfeat, vr)[0]
         pre[pg.config_pos] += emb
         h = gelu(pre)
         for lay in range(1, cfg.layers + 1):
@@ -413,8 +418,8 @@ def reference_layout_scores(params: Params, pg: PreparedGraph, values: np.ndarra
             h = h + gelu(z)
         pooled = h.mean(axis=0)
         q = pooled @ params["w_p"] + params["b_p"]
-        if cfg.derived:
-            q = q + viol * params["w_vr"]
+        if summary is not None:
+            q = q + summary @ params["w_summary"]
         u = gelu(q)
         out.append(u @ params["w_o"] + params["b_o"][0])
     return np.array(out)
