@@ -192,6 +192,7 @@ class DaskRunner:
         self._own_client = client is None
         self._paths_checked = False
         self._calls: dict[str, tuple[Callable[..., Any], tuple]] = {}
+        self._submitted = 0
         if client is None and local_workers:
             self._cluster = LocalCluster(n_workers=local_workers, threads_per_worker=1, processes=True,
                                          dashboard_address=":0")
@@ -268,8 +269,9 @@ class DaskRunner:
             self._paths_checked = True
         key = f"tpuprep-{fn.__name__}-{uuid.uuid4().hex}"
         self._calls[key] = (fn, args)
+        self._submitted += 1  # earlier submissions first (the build submits the largest files first)
         return self.client.submit(run_task, self.environment, fn, *args, key=key, pure=False,
-                                  retries=self.retries)
+                                  retries=self.retries, priority=-self._submitted)
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
         """Yield futures as they finish; a conversion task given up on (``KilledWorker``) comes back
