@@ -1,6 +1,7 @@
 """The trainer against its acceptance bar, and its throughput.
 
-``python -m benchmarks.training --work DIR [--seconds 120] [--alexnet PATH] [--json F] [--profile small]``
+``python -m benchmarks.training --work DIR [--seconds 120] [--alexnet PATH] [--json F] [--profile small]
+[--collections C1,C2] [--set KEY=VALUE ...]`` (``--set``: TrainConfig fields, e.g. ``lr=2e-4``)
 
 1. Synthesises the ``small`` profile (seed 0; ``--profile tiny`` for a smoke run) into ``DIR/synth`` and
    builds it into ``DIR/shards`` (both reused when present).
@@ -54,15 +55,16 @@ def train_timed(ds, collection: str, seconds: float, **extra):
                     "configs_per_s": round(last["configs"] / last["seconds"], 1)}
 
 
-def synthetic(work: Path, profile: str, seconds: float) -> dict:
+def synthetic(work: Path, profile: str, seconds: float, collections: list[str] | None = None,
+              **extra) -> dict:
     import tpuprep
     from tpuprep.train import evaluate
 
     synth, shards = prepare(work, profile)
     ds = tpuprep.open_dataset(shards)
     out: dict = {}
-    for coll in ds.collections:
-        ranker, thr = train_timed(ds, coll, seconds)
+    for coll in collections or ds.collections:
+        ranker, thr = train_timed(ds, coll, seconds, **extra)
         res = evaluate(ds, [ranker], split="valid", truth=synth, log=None)
         s = res.summary[coll]
         row = {**thr, "graphs": int(s["graphs"])}
@@ -101,6 +103,16 @@ def alexnet(work: Path, path: Path, seconds: float) -> dict:
     return result
 
 
+def _value(text: str) -> object:
+    """A --set value as int, float, bool or str."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.training")
     ap.add_argument("--work", type=Path, required=True, help="scratch folder (synth tree and shards are reused)")
@@ -108,10 +120,16 @@ def main() -> None:
     ap.add_argument("--alexnet", type=Path, default=None, help="path of alexnet_train_batch_32.npz")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--profile", default="small", help="synthetic profile (the acceptance bar is for small)")
+    ap.add_argument("--collections", default=None, help="comma-separated collections (default: all)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a TrainConfig field for every model, e.g. --set lr=2e-4 --set loss=ranknet")
     args = ap.parse_args()
+    extra = {k: _value(v) for k, v in (item.split("=", 1) for item in args.set)}
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"profile": args.profile, "seconds_per_collection": args.seconds,
-           "collections": synthetic(args.work, args.profile, args.seconds)}
+           "settings": extra,
+           "collections": synthetic(args.work, args.profile, args.seconds,
+                                    args.collections.split(",") if args.collections else None, **extra)}
     if args.alexnet is not None:
         res["alexnet"] = alexnet(args.work, args.alexnet, args.seconds)
     failed = [f"{c}: {name}" for c, r in res["collections"].items() for name, ok in r["checks"].items() if not ok]

@@ -63,6 +63,13 @@ def test_training_benchmark_runs_on_tiny_and_on_the_real_alexnet(tmp_path):
         assert ("tau_oracle" in row) == coll.startswith("layout")
         assert row["checks"] and all(isinstance(v, bool) for v in row["checks"].values())
     assert ("acceptance: all checks pass" in proc.stdout) == (proc.returncode == 0)
+    # one collection with a TrainConfig override
+    proc = run_module("benchmarks.training", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seconds", "1",
+                      "--collections", "tile:xla", "--set", "loss=ranknet", "--set", "lr=1e-3", "--json",
+                      str(tmp_path / "one.json"))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    one = json.loads((tmp_path / "one.json").read_text())
+    assert list(one["collections"]) == ["tile:xla"] and one["settings"] == {"loss": "ranknet", "lr": 1e-3}
     if alexnet.is_file():
         a = res["alexnet"]
         assert a["configs"] >= a["unique_configs"] and -1 <= a["tau"] <= 1
