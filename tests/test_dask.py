@@ -405,3 +405,19 @@ def test_process_runner_delivers_task_errors_and_gives_up_after_bounded_restarts
         assert runner.restarts == 2
     finally:
         runner.close()
+
+
+def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc unmap every
+    freed block over 128 KB; warm_worker (pool initializer and Dask plugin) fixes both thresholds."""
+    import platform
+
+    from tpuprep import executors
+
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert executors.tune_malloc() is True
+    calls = []
+    monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)
+    monkeypatch.setattr(executors, "cap_threads", lambda threads: None)
+    executors.warm_worker(1)
+    assert calls == [1]
