@@ -421,3 +421,18 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
     monkeypatch.setattr(executors, "cap_threads", lambda threads: None)
     executors.warm_worker(1)
     assert calls == [1]
+
+
+def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeypatch, tiny_src, tmp_path):
+    from tpuprep import executors
+
+    calls = []
+    monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)
+    result = CliRunner().invoke(main, ["build", "--src", str(tiny_src), "--dst", str(tmp_path / "a"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert calls == [1]
+    # with worker processes the workers tune themselves (warm_worker); this process is left alone
+    result = CliRunner().invoke(main, ["build", "--src", str(tiny_src), "--dst", str(tmp_path / "b"), "-q",
+                                       "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert calls == [1]

@@ -87,7 +87,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
     from .build import build
     from .convert import BuildOptions
-    from .executors import make_runner
+    from .executors import make_runner, tune_malloc
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
@@ -95,6 +95,8 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     progress = _Progress(quiet, verbose)
     started = time.perf_counter()
     runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
+    if runner is not None and runner.name == "serial":
+        tune_malloc()  # this process converts the files itself (a library caller's process is left alone)
     try:
         report = build(src, dst, opts, collections=collections, splits=splits, runner=runner, resume=resume,
                        overwrite=overwrite, dry_run=dry_run, progress=progress)
