@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-LAYOUT_BATCH = 64
-
 
 def prepare(work: Path, profile: str) -> tuple[Path, Path]:
     """(synth root, shard folder) of the profile, made once."""
@@ -46,7 +44,8 @@ def train_timed(ds, collection: str, seconds: float, **extra):
     """A model trained for ``seconds``; returns (ranker, throughput record)."""
     from tpuprep.train import TrainConfig, train
 
-    cfg = TrainConfig(epochs=100_000, time_budget=seconds, batch_configs=LAYOUT_BATCH, validate=False, **extra)
+    # the budget ends the run; --set may override any of these (e.g. --set validate=true)
+    cfg = TrainConfig(**{"epochs": 100_000, "time_budget": seconds, "validate": False, **extra})
     start = time.monotonic()
     ranker = train(ds, collection, cfg, log=None)
     wall = time.monotonic() - start

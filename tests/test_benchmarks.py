@@ -42,6 +42,8 @@ def test_build_benchmark_runs_every_step_and_checks_every_target(synth_root, tmp
                      "peak worker RSS build1 (MB)", "shard / npz bytes layout:xla:random",
                      "sampled read speed-up over npz", "Dask overhead, 2 worker(s)"):
         assert expected in names, expected
+    assert "build1 / inflate floor (isal)" in names and not any("zlib" in n for n in names)
+    assert list(res["information"]) == ["build1 / inflate floor (stdlib zlib, what any npz reader pays)"]
     assert res["read"]["graphs"] > 0
     assert res["projection"]["this_machine_build1_min"] > 0
     assert res["projection"]["cluster_16_workers_min"] > 0
@@ -65,11 +67,13 @@ def test_training_benchmark_runs_on_tiny_and_on_the_real_alexnet(tmp_path):
     assert ("acceptance: all checks pass" in proc.stdout) == (proc.returncode == 0)
     # one collection with a TrainConfig override
     proc = run_module("benchmarks.training", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seconds", "1",
-                      "--collections", "tile:xla", "--set", "loss=ranknet", "--set", "lr=1e-3", "--json",
+                      "--collections", "tile:xla", "--set", "loss=ranknet", "--set", "lr=1e-3",
+                      "--set", "batch_configs=16", "--json",
                       str(tmp_path / "one.json"))
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     one = json.loads((tmp_path / "one.json").read_text())
-    assert list(one["collections"]) == ["tile:xla"] and one["settings"] == {"loss": "ranknet", "lr": 1e-3}
+    assert list(one["collections"]) == ["tile:xla"]
+    assert one["settings"] == {"loss": "ranknet", "lr": 1e-3, "batch_configs": 16}
     if alexnet.is_file():
         a = res["alexnet"]
         assert a["configs"] >= a["unique_configs"] and -1 <= a["tau"] <= 1

@@ -66,8 +66,9 @@ def holdout_rows(graph_id: str, num_unique: int, fraction: float, seed: int) -> 
 
 
 class ConfigHoldout:
-    """A dataset view (the reader interface ``train``/``evaluate`` use) that splits each labelled train
-    graph of ``collection`` into a ``@train`` graph (split ``"train"``) and a ``@holdout`` graph (split
+    """A view of ``ds`` (a ``tpuprep.open_dataset`` reader; graph sizes come from its manifest, so no graph is
+    read until it is used) with the interface ``train``/``evaluate`` use, that splits each train graph of
+    ``collection`` into a ``@train`` graph (split ``"train"``) and a ``@holdout`` graph (split
     ``"valid"``) by unique configs. Graphs with fewer than 4 unique configs are left out.
     """
 
@@ -76,10 +77,11 @@ class ConfigHoldout:
             raise ValueError(f"fraction must lie strictly between 0 and 1, got {fraction}")
         self.ds, self.collection, self.fraction, self.seed = ds, collection, fraction, seed
         self._views: dict[str, tuple[str, str, np.ndarray]] = {}  # view id -> (graph id, split, rows)
-        for gid in ds.graph_ids(collection, split="train"):
-            rec = ds.load_graph(gid)
-            c_u = rec.num_unique_configs
-            if rec.config_runtime is None or c_u < 4:
+        unique = {i["graph_id"]: i["counts"]["unique_configs"] for i in ds.manifest["inputs"]
+                  if i["status"] == "ok"}
+        for gid in ds.graph_ids(collection, split="train"):  # train graphs always carry runtimes
+            c_u = unique[gid]
+            if c_u < 4:
                 continue
             held = holdout_rows(gid, c_u, fraction, seed)
             kept = np.setdiff1d(np.arange(c_u), held)
