@@ -433,6 +433,33 @@ def test_runtimes_follow_the_truth_and_modal_rows_are_fast(small) -> None:
     assert multimodal >= 3
 
 
+def test_conv_and_dot_cost_is_multiply_adds() -> None:
+    """The runtime model's per-node cost is multiply-adds: output elements × window (conv) or ×
+    contraction size (dot; batch dims excluded, weight gradients contract the leading dim). The
+    trainer's estimate from node_feat and edges alone (features.node_work) must find the same."""
+    from tpuprep.train.features import node_work
+
+    dots = batched = not_minor = 0
+    for spec in specs_of("small"):
+        if not spec.collection.endswith("random") or spec.split == "test":
+            continue
+        graph, _, _ = synth.layout_graph_for(spec, "small", 0)
+        nf, edges = graph.node_feat, graph.edge_index
+        ids, op = graph.node_config_ids, graph.node_opcode.astype(np.int64)
+        major = np.isin(op[ids], [synth.CONVOLUTION, synth.DOT])
+        cost = np.array([c.cost for c in graph.configurable])
+        work = node_work(nf, op, edges, ids)
+        np.testing.assert_allclose(work[major], cost[major], rtol=1e-6, err_msg=spec.program)
+        for j in np.flatnonzero(op[ids] == synth.DOT):
+            operands = edges[edges[:, 0] == ids[j], 1]
+            size = nf[:, 28].astype(np.float64)
+            k = cost[j] / size[ids[j]]
+            dots += 1
+            batched += not np.isclose(k * k, size[operands].prod() ** (2 / len(operands)) / size[ids[j]])
+            not_minor += all(k != nf[v, 21:27][nf[v, 21:27] > 0][-1] for v in operands)
+    assert dots > 100 and batched > 10 and not_minor > 10  # batch dims and gradient dots are covered
+
+
 # --------------------------------------------------------------------------------------- profiles
 
 

@@ -258,16 +258,41 @@ def test_init_is_seeded_and_adam_moves_downhill():
     assert lr_at(99, 100, 1.0, progress=0.0) == lr_at(99, 100, 1.0)  # steps further along: steps win
 
 
+def _shaped(shapes: list[tuple[int, ...]]) -> np.ndarray:
+    """node_feat (n, 140) with output dims (cols 21–26) and element counts (col 28) of ``shapes``."""
+    nf = np.zeros((len(shapes), 140), np.float32)
+    for i, dims in enumerate(shapes):
+        nf[i, 21:21 + len(dims)] = dims
+        nf[i, 28] = np.prod(dims)
+    nf[:, 44] = 1  # window size product: 1 where there is no window
+    return nf
+
+
 def test_node_work_counts_multiply_adds():
     from tpuprep.train.features import node_work
 
-    # nodes: 0 A (4×8), 1 B (8×2), 2 dot C = A·B (4×2), 3 conv (100 outputs, 3×3 window),
-    # 4 reshape (6 elements), 5 a dot whose second operand was pruned away
-    nf = np.zeros((6, 140), np.float32)
-    nf[:, 28] = [32, 16, 8, 100, 6, 8]
-    nf[:, 44] = 1
+    # 0 A (4×8), 1 B (8×2), 2 dot C = A·B (4×2), 3 conv (10×10 outputs, 3×3 window), 4 reshape (2×3),
+    # 5 A·Aᵀ (4×4; one edge, edges being deduplicated), 6 a dot with no kept operand
+    nf = _shaped([(4, 8), (8, 2), (4, 2), (10, 10), (2, 3), (4, 4), (3, 5)])
     nf[3, 44] = 9
-    opcode = np.array([63, 63, 34, 26, 75, 34])
+    opcode = np.array([63, 63, 34, 26, 75, 34, 34])
     edges = np.array([[2, 0], [2, 1], [3, 0], [4, 3], [5, 0]])
-    work = node_work(nf, opcode, edges, np.array([2, 3, 4, 5]))
-    np.testing.assert_allclose(work, [8 * 8, 100 * 9, 6, 8])  # contraction k = √(32·16/8) = 8
+    work = node_work(nf, opcode, edges, np.array([2, 3, 4, 5, 6]))
+    np.testing.assert_allclose(work, [8 * 8, 100 * 9, 6, 16 * 8, 15])
+
+
+@pytest.mark.parametrize(("lhs", "rhs", "out", "k"), [
+    ((8, 4, 16, 32), (8, 4, 32, 16), (8, 4, 16, 16), 32),  # attention scores: batch 8×4 heads
+    ((8, 4, 16, 16), (8, 4, 16, 32), (8, 4, 16, 32), 16),  # probs · values
+    ((8, 16, 4, 32), (4, 32, 64), (8, 16, 64), 4 * 32),  # einsum output projection: 2 contracted dims
+    ((64, 1024), (64, 1000), (1024, 1000), 64),  # weight gradient: contracts the leading dim
+    ((16, 16), (16, 16), (16, 16), 16),  # square: equal leading dims are not batch dims
+    ((8, 16, 32), (32,), (8, 16), 32),  # matrix · vector
+])
+def test_dot_contraction_ignores_batch_dims(lhs, rhs, out, k):
+    from tpuprep.train.features import dot_contraction, output_rank
+
+    nf = _shaped([lhs, rhs, out])
+    elements = nf[:, 28].astype(np.float64)
+    assert dot_contraction(elements, nf[:, 21:27].astype(np.float64), output_rank(nf), 2, 0, 1) == \
+        pytest.approx(k)

@@ -59,11 +59,15 @@ re-sampled from earlier rows (mostly uniformly chosen original rows, 25 % follow
 until the file's duplicate share is reached (collection target + N(0, 0.05) for xla).
 Runtime (ns) = base · (1 + Σ_g jump_g(choice)) · (1 + noise): base = 2e7 + 0.05 · Σ output bytes; a
 conv/dot group with a non-modal output adds S · Σ_members √cost / max_g(Σ √cost), cost = output
-elements × window size (conv) or × contraction size (dot), S ~ logU(0.03, 6) per program; operand
-choices add ≤ 3e-4 · rel, reshape choices ≤ 2e-4 per node; noise ~ N(0, σ), σ ~ logU(1e-4, 6e-4) per
-program — additive over visible per-node terms, hence learnable: a 2-feature linear model on
-node_feat + node_config_feat reaches Kendall τ ≈ 0.74 on xla:default (measured-vs-truth ceiling 0.76,
-near-ties) and 0.98 / 0.88 on xla / nlp random (small, seed 0).
+elements × window size (conv) or × contraction size (dot: the product of the contracted dims, batch
+dims excluded; either gradient of a dot costs what the forward dot does), i.e. multiply-adds,
+S ~ logU(0.03, 6) per program; operand choices add ≤ 3e-4 · rel, reshape choices ≤ 2e-4 per node;
+noise ~ N(0, σ), σ ~ logU(1e-4, 6e-4) per program — additive over visible per-node terms, hence
+learnable: one hand-made feature, the share of the graph's configurable √multiply-adds whose output
+left its modal layout (trainer ``features.config_summary``, cost recovered from node_feat and edges),
+reaches Kendall τ (vs measured runtimes; train / valid graphs) 0.76 / 0.70 on xla:default (ceiling,
+measured vs truth, 0.80 / 0.78: near-ties), 0.97 / 0.97 on xla:random, 0.80 / 0.73 on nlp:default
+(ceiling 0.86 / 0.77) and 0.99 / 0.99 on nlp:random (small, seed 0).
 
 Tile. Kernels: fusions (72 %, parameters → elementwise/broadcast/reduce DAG whose values all reach
 the root, sometimes a 2-output tuple, called by a fusion node in the entry), convolution fusions
@@ -970,15 +974,19 @@ class _Hlo:
         return self.add(OUTFEED, _Shape(TOKEN_T), (x, token))
 
     # -- configurable compute ---------------------------------------------------------------------
-    def dot(self, x: int, y: int, dims: Sequence[int]) -> int:
+    def dot(self, x: int, y: int, dims: Sequence[int], contraction: float | None = None) -> int:
+        """x · y with output dims; contraction: the product of the contracted dims (default: x's
+        minor dim, right for every forward dot but the multi-dim einsum)."""
         sx, sy = self.shape[x], self.shape[y]
         out = self.add(DOT, sx.with_dims(dims), (x, y))
         outs = _minor_pairs(self.layout[out], len(dims))
         px, py = _minor_pairs(self.layout[x], sx.rank), _minor_pairs(self.layout[y], sy.rank)
         opnd = [_vec()] + [_vec(in0=a, in1=b) for a in px for b in py]
-        cost = float(math.prod(dims)) * float(sx.dims[-1] if sx.dims else 1)
+        if contraction is None:
+            contraction = float(sx.dims[-1] if sx.dims else 1)
+        cost = float(math.prod(dims)) * float(contraction)  # multiply-adds
         self.cfg.append(_Cfg(out, DOT, np.stack([_vec(out=o) for o in outs]), np.stack(opnd), cost))
-        return self.record(DOT, out, (x, y))
+        return self.record(DOT, out, (x, y), contraction)
 
     def conv(self, x: int, w: int, dims: Sequence[int], dn: tuple, window: _Window) -> int:
         """Convolution; dn = (in_b, in_f, in_sp, k_i, k_o, k_sp, out_b, out_f, kind)."""
@@ -1183,8 +1191,8 @@ class _Model:
     def mm_out(self, y: int) -> int:
         return self.b.convert(y, F32) if self.b.shape[y].et != F32 else y
 
-    def matmul(self, x: int, w: int, dims: Sequence[int]) -> int:
-        return self.mm_out(self.b.dot(self.mm_in(x), self.mm_in(w), dims))
+    def matmul(self, x: int, w: int, dims: Sequence[int], contraction: float | None = None) -> int:
+        return self.mm_out(self.b.dot(self.mm_in(x), self.mm_in(w), dims, contraction))
 
     def input(self, dims: Sequence[int], et: int | None = None) -> int:
         return self.st.get(_Shape(self.et if et is None else et, tuple(int(d) for d in dims)))
@@ -1455,7 +1463,7 @@ def _attention(m: _Model, x: int, mask: int, heads: int, einsum: bool) -> int:
     ctx = b.transpose(m.matmul(probs, v, (bsz, heads, seq, d)), (0, 2, 1, 3))
     if einsum:
         w = m.weight((heads, d, hidden), matrix=True)
-        out = m.bias(m.matmul(ctx, w, (bsz, seq, hidden)))
+        out = m.bias(m.matmul(ctx, w, (bsz, seq, hidden), contraction=heads * d))
     else:
         out = m.dense(b.reshape(ctx, (bsz, seq, hidden)), hidden)
     return m.layernorm(b.binary(ADD, x, m.dropout(out)))
@@ -1568,7 +1576,9 @@ def _grad_rule(b: _Hlo, entry: tuple, k: int, g: int) -> int | None:
     if kind == TRANSPOSE:
         return b.transpose(g, tuple(int(i) for i in np.argsort(info)))
     if kind == DOT:
-        return b.dot(g, ins[1], s.dims) if k == 0 else b.dot(ins[0], g, s.dims)
+        # either gradient does as many multiply-adds as the forward dot: |out| · its contraction
+        grad_k = math.prod(b.shape[out].dims) * float(info) / max(math.prod(s.dims), 1)
+        return b.dot(g, ins[1], s.dims, grad_k) if k == 0 else b.dot(ins[0], g, s.dims, grad_k)
     if kind == CONVOLUTION:
         return _conv_grad(b, entry, k, g)
     if kind == REDUCE_WINDOW:

@@ -260,19 +260,47 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     return pg
 
 
+def output_rank(node_feat: np.ndarray) -> np.ndarray:
+    """(n,) int64 output rank: 1 + the last non-zero of dims cols 21–26 (0 for tuples and scalars)."""
+    nonzero = np.asarray(node_feat[:, 21:27]) > 0
+    return np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0).astype(np.int64)
+
+
+def dot_contraction(elements: np.ndarray, dims: np.ndarray, rank: np.ndarray, out: int, lhs: int,
+                    rhs: int) -> float:
+    """Contraction size k (the product of the contracted dims) of dot ``out`` = ``lhs`` · ``rhs``, ≥ 1.
+
+    elements (n,) float64, dims (n, 6) float64 and rank (n,) int64 are per-node arrays; out / lhs / rhs
+    index them. An HLO dot's output is [batch…, lhs free…, rhs free…] and |lhs|·|rhs| / |out| =
+    batch · k², so k follows once the batch dims are known: the leading dims on which both operands and
+    the output agree, at most rank(lhs) + rank(rhs) − rank(out) − 2 of them (one contracted dim at
+    least). Batch dims must not count: a [b,m,k]·[b,k,n] dot does b·m·n·k multiply-adds, not b·m·n·k·√b.
+    """
+    most = min(int(rank[lhs] + rank[rhs] - rank[out]) - 2, int(rank[out]), int(rank[lhs]), int(rank[rhs]))
+    batch_rank = 0
+    while batch_rank < most and dims[lhs, batch_rank] == dims[rhs, batch_rank] == dims[out, batch_rank]:
+        batch_rank += 1
+    batch = float(np.prod(np.maximum(dims[out, :batch_rank], 1.0)))
+    return max(1.0, math.sqrt(elements[lhs] * elements[rhs] / (elements[out] * batch)))
+
+
 def node_work(node_feat: np.ndarray, opcode: np.ndarray, edge_index: np.ndarray,
               nodes: np.ndarray) -> np.ndarray:
     """(len(nodes),) float64 multiply-adds of each node: output elements (col 28) × window size (col 44)
-    for a convolution, × contraction size k for a dot (k = √(|A|·|B| / |C|) from its two operands'
-    element counts, A·B = C), × 1 otherwise; at least 1. Operands are the nodes it consumes
-    (edge rows [u, v]: u uses v); a dot without exactly two kept operands counts k = 1."""
+    for a convolution, × contraction size for a dot (:func:`dot_contraction`, from its operands'
+    shapes), × 1 otherwise; at least 1. Operands are the nodes it consumes (edge rows [u, v]: u uses v;
+    a single operand is a dot of a tensor with itself, edges being deduplicated); a dot with no kept
+    operand counts k = 1."""
     elements = np.maximum(np.asarray(node_feat[:, 28], np.float64), 1.0)
+    dims = np.asarray(node_feat[:, 21:27], np.float64)
+    rank = output_rank(node_feat)
     work = elements[nodes] * np.where(opcode[nodes] == OPCODE_CONVOLUTION,
                                       np.maximum(np.asarray(node_feat[nodes, 44], np.float64), 1.0), 1.0)
     for i in np.flatnonzero(opcode[nodes] == OPCODE_DOT):
         operands = edge_index[edge_index[:, 0] == nodes[i], 1]
-        if len(operands) == 2:
-            work[i] *= max(1.0, math.sqrt(elements[operands[0]] * elements[operands[1]] / elements[nodes[i]]))
+        if len(operands) in (1, 2):
+            work[i] *= dot_contraction(elements, dims, rank, int(nodes[i]), int(operands[0]),
+                                       int(operands[-1]))
     return work
 
 
