@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -79,6 +80,12 @@ def test_same_seed_same_weights_and_save_load(ds, tmp_path):
     g = ds.load_graph(ds.graph_ids(LAYOUT, "valid")[0])
     np.testing.assert_array_equal(loaded.predict_original(g), a.predict_original(g))
     assert math.isfinite(a.history[-1]["valid_tau"])
+    # a model saved by a format whose inputs were computed differently is refused, with the reason
+    meta = json.loads((tmp_path / "a.json").read_text())
+    for version, words in ((1, "train it again"), (99, "newer than supported")):
+        (tmp_path / "a.json").write_text(json.dumps({**meta, "format_version": version}))
+        with pytest.raises(ValueError, match=words):
+            Ranker.load(tmp_path / "a.json")
 
 
 def test_time_budget_and_holdout_fold(ds):

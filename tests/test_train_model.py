@@ -16,6 +16,7 @@ from tpuprep.train.features import (
     grow_regions,
     prepare_graph,
     tile_config_features,
+    tile_iteration_dims,
 )
 from tpuprep.train.kernels import config_embed_gather, config_embed_scatter
 from tpuprep.train.losses import pairwise_loss
@@ -87,7 +88,9 @@ def test_tile_backward_matches_finite_differences(tile_graph):
     cfg = ModelConfig("tile", hidden=6, head_hidden=5, layers=2, dtype="float64")
     pg = prepare_graph(tile_graph, "tile", mean, std, 2, np.float64)
     params = init_params(cfg, 4)
-    feats = tile_config_features(tile_graph.config_feat, np.float64)
+    feats = tile_config_features(tile_graph.config_feat, np.float64,
+                                 tile_iteration_dims(tile_graph.node_feat, tile_graph.config_feat))
+    assert np.abs(feats[:, 24:]).sum() > 0  # the shape inputs take part in the check
     w = np.random.default_rng(1).standard_normal(len(feats))
     _, cache = forward(params, pg, feats, cfg)
     grads = backward(params, pg, cache, w, cfg)
@@ -296,3 +299,36 @@ def test_dot_contraction_ignores_batch_dims(lhs, rhs, out, k):
     elements = nf[:, 28].astype(np.float64)
     assert dot_contraction(elements, nf[:, 21:27].astype(np.float64), output_rank(nf), 2, 0, 1) == \
         pytest.approx(k)
+
+
+def test_tile_iteration_dims_prefers_the_kernel_output():
+    # nodes: 0 input (32, 7, 7, 256) (largest rank-4 tensor), 1 weights (3, 3, 256, 64), 2 the output (32, 7, 7, 64)
+    nf = _shaped([(32, 7, 7, 256), (3, 3, 256, 64), (32, 7, 7, 64)])
+    cf = np.zeros((3, 24), np.float32)
+    cf[:, 8:12] = [[1, 7, 7, 1], [2, 1, 7, 1], [32, 7, 1, 1]]
+    np.testing.assert_array_equal(tile_iteration_dims(nf, cf), [32, 7, 7, 64, 0, 0])
+    # a tuple output: the largest tensor of the bounds' rank
+    nf2 = _shaped([(16, 128), (16, 256), (8, 8, 8), ()])
+    nf2[3, 18] = 1  # tuple
+    cf2 = np.zeros((2, 24), np.float32)
+    cf2[:, 8:10] = [[1, 2], [4, 1]]
+    np.testing.assert_array_equal(tile_iteration_dims(nf2, cf2), [16, 256, 0, 0, 0, 0])
+    # no output bounds (reshape kernels), or no tensor of that rank: unknown
+    assert not tile_iteration_dims(nf2, np.zeros((2, 24), np.float32)).any()
+    cf2[:, 8:14] = 1
+    assert not tile_iteration_dims(nf2, cf2).any()
+
+
+def test_tile_config_features_relate_bounds_to_extents():
+    cf = np.zeros((2, 24), np.float32)
+    cf[:, 8:10] = [[4, 3], [16, 1]]
+    cf[:, 14:16] = [[7, 12], [17, 16]]  # sum and product of the bounds
+    plain = tile_config_features(cf, np.float64)
+    assert plain.shape == (2, 42)
+    np.testing.assert_allclose(plain[:, :24], np.log1p(cf))
+    assert not plain[:, 24:].any()
+    f = tile_config_features(cf, np.float64, np.array([16, 10, 0, 0, 0, 0]))
+    np.testing.assert_allclose(f[:, 24:26], [[0.4, np.log2(10) / 10], [0.4, np.log2(10) / 10]])
+    np.testing.assert_allclose(f[:, 30:32], [[0.2, np.log2(10 / 3) / 10], [0.0, np.log2(10) / 10]])
+    np.testing.assert_allclose(f[:, 36:38], [[0.0, 12 / 10 - 1], [0.0, 0.0]])  # ceil(10/3)·3 = 12
+    assert not f[:, 26:30].any() and not f[:, 32:36].any() and not f[:, 38:].any()

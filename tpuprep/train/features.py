@@ -163,12 +163,60 @@ def node_features(node_feat: np.ndarray, mean: np.ndarray, std: np.ndarray,
     return out.astype(dtype)
 
 
-def tile_config_features(config_feat: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
-    """Log-scaled tile configuration features: log1p(max(config_feat, 0)), (k, 24) → (k, 24)."""
+N_TILE_SHAPE = 18  # tile inputs derived from the kernel's iteration space (tile_config_features)
+N_TILE_INPUT = N_TILE_FEAT + N_TILE_SHAPE
+OUTPUT_BOUNDS = slice(8, 14)  # config_feat: kernel_bounds 0–7, output_bounds 8–15, input_bounds 16–23
+
+
+def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray) -> np.ndarray:
+    """(6,) float64: the extents the output tile bounds of a tile kernel divide, 0 past its rank.
+
+    The bounds cover r dims (r = the positions any config sets, cols 8–13 of config_feat (c, 24)); the
+    iteration space is the kernel's output (the last node) when it has rank r, else (a tuple, a
+    reduction) the largest tensor of rank r in the kernel (ties → the later node). Kernels without
+    output bounds, or without a node of rank r, get zeros.
+    """
+    cf = np.asarray(config_feat, np.float64)
+    out = np.zeros(6, np.float64)
+    set_ = (cf[:, OUTPUT_BOUNDS] > 0).any(axis=0) if len(cf) else np.zeros(6, bool)
+    r = int(6 - np.argmax(set_[::-1])) if set_.any() else 0
+    if r == 0:
+        return out
+    nf = np.asarray(node_feat, np.float64)
+    rank = output_rank(nf)
+    cand = np.flatnonzero((rank == r) & (nf[:, 18] != 1))
+    if len(cand) == 0:
+        return out
+    root = len(nf) - 1  # the entry computation's root (the kernel's output) comes last
+    best = root if cand[-1] == root else cand[::-1][np.argmax(nf[cand[::-1], 28])]
+    out[:r] = nf[best, 21:21 + r]
+    return out
+
+
+def tile_config_features(config_feat: np.ndarray, dtype: Any = np.float32,
+                         extents: np.ndarray | None = None) -> np.ndarray:
+    """Tile model inputs (k, N_TILE_INPUT = 42) from config_feat (k, 24) and the kernel's iteration
+    space ``extents`` (6,) (:func:`tile_iteration_dims`; None = unknown, zeros).
+
+    Columns 0–23: log1p(max(config_feat, 0)). Columns 24–41, per output-bound position d = 0..5 where
+    both are known (0 elsewhere): log2 extent_d / 10; log2(extent_d / bound_d) / 10 (how many bound
+    units the extent spans: tiles × elements per unit); the padding left by ceil(extent_d / bound_d)
+    whole units, ceil(e/b)·b / e − 1 (0 when the bound divides the extent).
+    """
     cf = np.asarray(config_feat, np.float64)
     if cf.ndim != 2 or cf.shape[1] != N_TILE_FEAT:
         raise ValueError(f"config_feat must have shape (k, {N_TILE_FEAT}), got {cf.shape}")
-    return np.log1p(np.maximum(cf, 0.0)).astype(dtype)
+    out = np.zeros((cf.shape[0], N_TILE_INPUT), np.float64)
+    out[:, :N_TILE_FEAT] = np.log1p(np.maximum(cf, 0.0))
+    if extents is not None:
+        e = np.asarray(extents, np.float64).reshape(6)[None, :]
+        b = cf[:, OUTPUT_BOUNDS]
+        known = (b > 0) & (e > 0)
+        safe_b, safe_e = np.where(known, b, 1.0), np.where(e > 0, e, 1.0)
+        out[:, 24:30] = np.where(known, np.log2(safe_e) / 10.0, 0.0)
+        out[:, 30:36] = np.where(known, np.log2(safe_e / safe_b) / 10.0, 0.0)
+        out[:, 36:42] = np.where(known, np.ceil(safe_e / safe_b) * safe_b / safe_e - 1.0, 0.0)
+    return out.astype(dtype)
 
 
 def mean_operators(edge_index: np.ndarray, n: int, dtype: Any) -> tuple[Csr, Csr]:

@@ -15,7 +15,8 @@ configurable node change, so the model keeps ``δ_l = h_l^b − h_l`` on the reg
 (features.py) and pools ``(S + Σ_{R_L} δ_L^b) / n``. That is exactly the full per-config forward pass
 at a fraction of its cost.
 
-Tile: graph embedding ``g = S / n`` fused late with the log-scaled ``config_feat`` f (B, 24).
+Tile: graph embedding ``g = S / n`` fused late with the config inputs f (B, 42): log-scaled ``config_feat``
+and the output bounds set against the kernel's iteration space (``features.tile_config_features``).
 
 Head: ``s^b = gelu(pooled^b W_p [+ f^b W_c] [+ z^b W_summary] + b_p) · w_o + b_o`` — one score per
 config, higher = slower; z (B, 3) are the layout config summaries of ``features.config_summary``
@@ -41,7 +42,7 @@ from .features import (
     N_OPCODES,
     N_SLOTS,
     N_SUMMARY,
-    N_TILE_FEAT,
+    N_TILE_INPUT,
     PreparedGraph,
     config_summary,
     derived_config_features,
@@ -145,7 +146,7 @@ def init_params(cfg: ModelConfig, seed: int) -> Params:
         p["w_d"] = normal((N_DERIVED, h), N_DERIVED)
         p["w_summary"] = normal((N_SUMMARY, h2), 1, 0.5)
     if cfg.kind == "tile":
-        p["w_c"] = normal((N_TILE_FEAT, h2), N_TILE_FEAT)
+        p["w_c"] = normal((N_TILE_INPUT, h2), N_TILE_INPUT)
     p["b_p"] = np.zeros(h2, dt)
     p["w_o"] = normal((h2,), h2, 0.5)
     p["b_o"] = np.zeros(1, dt)
@@ -284,7 +285,7 @@ def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConf
     """Scores (B,) for a batch of configs of one graph, higher = slower.
 
     batch: layout — decoded values (B, nc, 18) int8 in −1..5 (``GraphRecord.node_config_feat(rows)``);
-    tile — log-scaled config features (B, 24) float (:func:`features.tile_config_features`).
+    tile — config inputs (B, 42) float (:func:`features.tile_config_features`).
     ``static`` may be passed in to reuse the config-independent pass across batches (inference).
     With ``keep=False`` no cache is returned (inference; saves memory). Configs are processed in
     chunks of ``chunk`` (default :func:`chunk_size`) so that per-config arrays stay small enough to be
@@ -293,8 +294,8 @@ def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConf
     if cfg.kind == "layout":
         if batch.ndim != 3 or batch.shape[1:] != (len(pg.regions[0]), N_SLOTS):
             raise ValueError(f"layout batch must be (B, {len(pg.regions[0])}, 18), got {batch.shape}")
-    elif batch.ndim != 2 or batch.shape[1] != N_TILE_FEAT:
-        raise ValueError(f"tile batch must be (B, 24), got {batch.shape}")
+    elif batch.ndim != 2 or batch.shape[1] != N_TILE_INPUT:
+        raise ValueError(f"tile batch must be (B, {N_TILE_INPUT}), got {batch.shape}")
     st = static if static is not None else static_forward(params, pg, cfg.layers)
     step = chunk or chunk_size(pg, cfg)
     b = batch.shape[0]

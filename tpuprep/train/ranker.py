@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features
+from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features, tile_iteration_dims
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
 FORMAT = "tpuprep-train-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: tile inputs gained the iteration-space columns (42 wide); dot work excludes batch dims
 
 
 def collection_kind(collection: str) -> str:
@@ -84,11 +84,13 @@ class Ranker:
                              self.config.layers, self.dtype)
 
     def batch_inputs(self, record: Any, rows: np.ndarray) -> np.ndarray:
-        """Model input for unique-config rows: layout (k, nc, 18) int8; tile (k, 24) log-scaled float."""
+        """Model input for unique-config rows: layout (k, nc, 18) int8; tile (k, 42) float."""
         rows = np.asarray(rows, np.int64)
         if self.config.kind == "layout":
             return np.asarray(record.node_config_feat(rows), np.int8)
-        return tile_config_features(np.asarray(record.config_feat)[rows], self.dtype)
+        config_feat = np.asarray(record.config_feat)
+        extents = tile_iteration_dims(np.asarray(record.node_feat), config_feat)
+        return tile_config_features(config_feat[rows], self.dtype, extents)
 
     def static(self, pg: PreparedGraph) -> StaticCache:
         """The config-independent forward pass (reusable across batches at inference)."""
@@ -153,6 +155,9 @@ class Ranker:
             raise ValueError(f"{js}: not a tpuprep trainer model (format {meta.get('format')!r})")
         if int(meta.get("format_version", 0)) > FORMAT_VERSION:
             raise ValueError(f"{js}: model format version {meta['format_version']} is newer than supported")
+        if int(meta.get("format_version", 0)) < FORMAT_VERSION:
+            raise ValueError(f"{js}: model format version {meta.get('format_version')} was trained on inputs this "
+                             f"version computes differently (format {FORMAT_VERSION}); train it again")
         config = ModelConfig(**meta["model"])
         with np.load(npz, allow_pickle=False) as z:
             params = {k: z[k].astype(config.dtype) for k in meta["params"]}
