@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features, tile_iteration_dims
+from .features import (
+    PreparedGraph,
+    clean_stats,
+    prepare_graph,
+    tile_config_features,
+    tile_iteration_dims,
+)
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
