@@ -271,6 +271,33 @@ def test_tile_invariants(tiny) -> None:
             assert (norm == norm[0]).all() and norm[0] in rt and (rt > 0).all()
 
 
+def test_tile_bounds_follow_the_output_layout_like_the_real_files() -> None:
+    """Output bounds run over the iteration space's dims major to minor by its layout, in units of 128
+    lanes (minor-most) and 8 sublanes (next), like the real files (test_train_model checks those); the
+    trainer's tile_iteration_dims finds that space from the file alone."""
+    from tpuprep.train.features import tile_iteration_dims
+
+    permuted = 0
+    for spec in specs_of("small", "tile:xla")[:120]:
+        graph = synth.tile_graph_for(spec, "small", 0)
+        meta = graph.meta
+        if meta["kind"] == "reshape":
+            continue
+        rng = np.random.default_rng(spec.index)
+        feat, _, _ = synth.tile_configs(graph, rng, 40)
+        dims, layout = meta["iter_dims"], meta["iter_layout"]
+        physical = [dims[a] for a in reversed(layout)]
+        permuted += physical != list(dims)
+        r = len(dims)
+        ext = tile_iteration_dims(graph.node_feat, feat, graph.edge_index)
+        np.testing.assert_array_equal(ext[:r], physical)
+        unit = np.ones(r)
+        unit[max(r - 2, 0):] = [8, 128][2 - min(r, 2):]
+        assert (feat[:, 8:8 + r] <= np.minimum(128, np.ceil(np.array(physical) / unit))).all()
+        assert (feat[:, 8 + r:14] == 0).all() and (feat[:, 8:8 + r] >= 1).all()
+    assert permuted >= 10  # non-default output layouts are covered
+
+
 def test_names_and_test_hashes(tiny) -> None:
     root, _, _ = tiny
     hexname = re.compile(r"^[0-9a-f]{32}$")

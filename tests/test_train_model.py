@@ -301,22 +301,32 @@ def test_dot_contraction_ignores_batch_dims(lhs, rhs, out, k):
         pytest.approx(k)
 
 
-def test_tile_iteration_dims_prefers_the_kernel_output():
-    # nodes: 0 input (32, 7, 7, 256) (largest rank-4 tensor), 1 weights (3, 3, 256, 64), 2 the output (32, 7, 7, 64)
+def test_tile_iteration_dims_follow_the_output_layout():
+    # nodes: 0 input (32, 7, 7, 256) (the largest rank-4 tensor), 1 weights, 2 the output (32, 7, 7, 64)
     nf = _shaped([(32, 7, 7, 256), (3, 3, 256, 64), (32, 7, 7, 64)])
     cf = np.zeros((3, 24), np.float32)
-    cf[:, 8:12] = [[1, 7, 7, 1], [2, 1, 7, 1], [32, 7, 1, 1]]
+    cf[:, 8:12] = [[1, 7, 4, 1], [2, 1, 1, 1], [7, 7, 1, 1]]
+    # no usable layout (0-padded columns): logical order
     np.testing.assert_array_equal(tile_iteration_dims(nf, cf), [32, 7, 7, 64, 0, 0])
-    # a tuple output: the largest tensor of the bounds' rank
-    nf2 = _shaped([(16, 128), (16, 256), (8, 8, 8), ()])
-    nf2[3, 18] = 1  # tuple
-    cf2 = np.zeros((2, 24), np.float32)
-    cf2[:, 8:10] = [[1, 2], [4, 1]]
-    np.testing.assert_array_equal(tile_iteration_dims(nf2, cf2), [16, 256, 0, 0, 0, 0])
-    # no output bounds (reshape kernels), or no tensor of that rank: unknown
-    assert not tile_iteration_dims(nf2, np.zeros((2, 24), np.float32)).any()
-    cf2[:, 8:14] = 1
-    assert not tile_iteration_dims(nf2, cf2).any()
+    nf[2, 134:138] = [3, 0, 2, 1]  # minor_to_major: bounds run over dims 1, 2, 0, 3 (major to minor)
+    np.testing.assert_array_equal(tile_iteration_dims(nf, cf), [7, 7, 32, 64, 0, 0])
+
+
+def test_tile_iteration_dims_of_a_tuple_output():
+    # 0 (16, 128); 1, 2 the fused computation's two outputs (16, 256); 3 its root tuple; 4 an entry
+    # parameter (16, 512); 5 the fusion (tuple-shaped, last). Edges [u, v]: u uses v; caller → called root.
+    nf = _shaped([(16, 128), (16, 256), (16, 256), (), (16, 512), ()])
+    nf[[3, 5], 18] = 1  # tuples
+    nf[[3, 5], 0] = 1  # roots of their computations
+    nf[2, 134:136] = [0, 1]
+    edges = np.array([[1, 0], [2, 0], [3, 1], [3, 2], [5, 3], [5, 4]])
+    cf = np.zeros((2, 24), np.float32)
+    cf[:, 8:10] = [[1, 2], [4, 1]]
+    np.testing.assert_array_equal(tile_iteration_dims(nf, cf, edges), [256, 16, 0, 0, 0, 0])  # node 2
+    np.testing.assert_array_equal(tile_iteration_dims(nf, cf), [16, 512, 0, 0, 0, 0])  # no edges: largest
+    assert not tile_iteration_dims(nf, np.zeros((2, 24), np.float32), edges).any()  # no output bounds
+    cf[:, 8:14] = 1
+    assert not tile_iteration_dims(nf, cf, edges).any()  # no tensor of rank 6
 
 
 def test_tile_config_features_relate_bounds_to_extents():
@@ -327,8 +337,37 @@ def test_tile_config_features_relate_bounds_to_extents():
     assert plain.shape == (2, 42)
     np.testing.assert_allclose(plain[:, :24], np.log1p(cf))
     assert not plain[:, 24:].any()
-    f = tile_config_features(cf, np.float64, np.array([16, 10, 0, 0, 0, 0]))
-    np.testing.assert_allclose(f[:, 24:26], [[0.4, np.log2(10) / 10], [0.4, np.log2(10) / 10]])
-    np.testing.assert_allclose(f[:, 30:32], [[0.2, np.log2(10 / 3) / 10], [0.0, np.log2(10) / 10]])
-    np.testing.assert_allclose(f[:, 36:38], [[0.0, 12 / 10 - 1], [0.0, 0.0]])  # ceil(10/3)·3 = 12
+    # extents (40, 300): spans min(b·8, 40) and min(b·128, 300)
+    f = tile_config_features(cf, np.float64, np.array([40, 300, 0, 0, 0, 0]))
+    np.testing.assert_allclose(f[:, 24:26], [[np.log2(40) / 10, np.log2(300) / 10]] * 2)
+    np.testing.assert_allclose(f[:, 30:32], [[np.log2(40 / 32) / 10, 0.0], [0.0, np.log2(300 / 128) / 10]])
+    np.testing.assert_allclose(f[:, 36:38], [[64 / 40 - 1, 0.0], [0.0, 384 / 300 - 1]])
     assert not f[:, 26:30].any() and not f[:, 32:36].any() and not f[:, 38:].any()
+    one = np.zeros((1, 24), np.float32)
+    one[0, 8] = 4
+    g = tile_config_features(one, np.float64, np.array([4096, 0, 0, 0, 0, 0]))  # rank 1: lanes
+    np.testing.assert_allclose(g[0, [24, 30, 36]], [1.2, 0.3, 0.0])  # span 512: 8 tiles, no padding
+
+
+def test_real_tile_bounds_run_major_to_minor_in_lane_and_sublane_units(real_npz):
+    """Ground truth for tile_iteration_dims and the units: in every real tile file, each output bound
+    is ≤ ceil(extent / unit) over the iteration space's dims major to minor by its layout, and most
+    files reach that ceiling (the rule is tight, not just an upper bound)."""
+    files = sorted(real_npz.glob("tile/**/*.npz"))
+    assert len(files) == 15
+    bounded = tight = 0
+    for path in files:
+        with np.load(path) as z:
+            cf, nf, edges = z["config_feat"], z["node_feat"], z["edge_index"]
+        ext = tile_iteration_dims(nf, cf, edges)
+        if not (cf[:, 8:14] > 0).any():
+            continue
+        bounded += 1
+        r = int(np.count_nonzero(ext))
+        unit = np.ones(r)
+        unit[max(r - 2, 0):] = [8, 128][2 - min(r, 2):]
+        top = np.ceil(ext[:r] / unit)
+        most = cf[:, 8:8 + r].max(axis=0)
+        assert (most <= top).all(), (path.name, ext, most)
+        tight += bool((most == top).all())
+    assert bounded == 12 and tight >= 8

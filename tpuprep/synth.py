@@ -72,7 +72,8 @@ measured vs truth, 0.80 / 0.78: near-ties), 0.97 / 0.97 on xla:random, 0.80 / 0.
 Tile. Kernels: fusions (72 %, parameters → elementwise/broadcast/reduce DAG whose values all reach
 the root, sometimes a 2-output tuple, called by a fusion node in the entry), convolution fusions
 (10 %, kernel_bounds set), copies and reshapes (2 nodes). Configs: distinct output_bounds vectors
-(length = rank of the iteration space, values ≤ ceil(extent / lanes|sublanes|1)), input_bounds always
+over the output's dims major to minor by its layout (as in the real files), values ≤ ceil(extent /
+unit), unit 128 lanes on the minor-most dim, 8 sublanes on the next, 1 elsewhere; input_bounds always
 empty (product 0), reshape kernels one all-zero config measured 2–3 times, ~20 % of files one
 duplicate config. Time = (padded traffic + per-tile overhead saturating at 20× traffic) · VMEM spill
 penalty; measured with lognormal noise σ ~ logU(5e-4, 0.02) (reshapes up to 0.3); the normalizer is
@@ -120,8 +121,8 @@ conv/dot modal output share            94 % (A)                        95 % xla:
 rows with 0/1/2/3 non-modal groups     A 64/36/0/0, F 35/38/22/5 (%)   xla:default 61/30/8/1
 tie groups                             A 26 nodes → 9, F 62 → 8        distinct node columns / nc
                                                                        0.27 xla, 0.53 nlp
-runtime max/min (median file)          5.39 (A), 1.016 (F)             1.14 xla:default, 1.56 random
-rows within 1 % / 0.1 % of best        69.2 / 19.9 % (A), 89/81 % (F)  77 / 39 % xla:default (median)
+runtime max/min (median file)          5.39 (A), 1.016 (F)             1.44 xla:default, 1.56 random
+rows within 1 % / 0.1 % of best        69.2 / 19.9 % (A), 89/81 % (F)  76 / 41 % xla:default (median)
 duplicate-group relative range         0.027 / 0.096 / 0.18 %          0.027 / 0.081 / 0.24 %
 (median / p90 / max)                   (A)                             (xla:default)
 runtime magnitude                      ≫ 2²⁴ ns, int64                 ≥ 2e7 ns, int64
@@ -2211,8 +2212,9 @@ def build_tile_graph(
     """One tile kernel graph: a fusion or convolution fusion of n (log-uniform in n_range) nodes, or
     a 2-node copy or reshape kernel.
 
-    meta: 'kind', 'iter_dims' (output iteration space the tile sizes bound), 'kernel_dims' (conv
-    fusions) and 'et'.
+    meta: 'kind', 'iter_dims' (output iteration space the tile sizes bound, logical order),
+    'iter_layout' (its minor_to_major: the output bounds run over the dims major to minor, as in the
+    real files), 'kernel_dims' (conv fusions) and 'et'.
     """
     if kind is None:
         kind = str(rng.choice(_TILE_KINDS, p=_TILE_KIND_P))
@@ -2268,8 +2270,13 @@ def build_tile_graph(
         b.begin()
         args = [b.param(s) for s in (*inner, *params)]
         b.end(b.add(FUSION, b.shape[fused_root], args, calls=(fused_root,)))
+    out = len(b) - 1
+    if b.shape[out].et == TUPLE_T:  # a 2-output fusion tiles its (equal-shape) outputs: the later one's layout
+        out = b.operands[fused_root][-1]
+    layout = b.layout[out] if kind != "reshape" else ()
     graph = b.finish()
-    graph.meta.update(kind=kind, iter_dims=tuple(dims), kernel_dims=kernel_dims, et=et)
+    graph.meta.update(kind=kind, iter_dims=tuple(dims), iter_layout=tuple(layout),
+                      kernel_dims=kernel_dims, et=et)
     return graph
 
 
@@ -2287,13 +2294,15 @@ def _bound_candidates(extent: int, unit: int) -> np.ndarray:
 
 
 def _tile_units(dims: Sequence[int]) -> list[int]:
-    """Elements per bound step along each dim: lanes (128) on the minor dim and sublanes (8) on the
-    second-minor one when the extent is large enough, single elements otherwise."""
+    """Elements per bound step along each dim of a physical (major-to-minor) shape: 128 lanes on the
+    minor-most dim, 8 sublanes on the next, single elements elsewhere — what the real files show
+    (every output bound ≤ ceil(extent / unit) in that order; e.g. (32, 26, 26, 192) laid out
+    {3,0,2,1} has bounds up to (26, 26, 4, 2))."""
     units = [1] * len(dims)
     if dims:
-        units[-1] = 128 if dims[-1] >= 256 else 8 if dims[-1] >= 16 else 1
+        units[-1] = 128
     if len(dims) >= 2:
-        units[-2] = 8 if dims[-2] >= 16 else 1
+        units[-2] = 8
     return units
 
 
@@ -2351,7 +2360,8 @@ def tile_configs(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Tile configs of one kernel: (config_feat (c, 24) float32, truth (c,) float64 ns, default row)."""
     meta = graph.meta
-    dims, kdims = meta["iter_dims"], meta["kernel_dims"]
+    layout, kdims = meta["iter_layout"], meta["kernel_dims"]
+    dims = tuple(meta["iter_dims"][a] for a in reversed(layout)) if layout else meta["iter_dims"]
     bytes_per = _ET_BYTES[meta["et"]]
     operands = 1 + int(graph.node_opcode.size > 2)
     if meta["kind"] == "reshape":

@@ -168,13 +168,19 @@ N_TILE_INPUT = N_TILE_FEAT + N_TILE_SHAPE
 OUTPUT_BOUNDS = slice(8, 14)  # config_feat: kernel_bounds 0–7, output_bounds 8–15, input_bounds 16–23
 
 
-def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray) -> np.ndarray:
-    """(6,) float64: the extents the output tile bounds of a tile kernel divide, 0 past its rank.
+TILE_UNITS = (8.0, 128.0)  # elements per bound step on the second-minor and minor-most dims (sublanes, lanes)
 
-    The bounds cover r dims (r = the positions any config sets, cols 8–13 of config_feat (c, 24)); the
-    iteration space is the kernel's output (the last node) when it has rank r, else (a tuple, a
-    reduction) the largest tensor of rank r in the kernel (ties → the later node). Kernels without
-    output bounds, or without a node of rank r, get zeros.
+
+def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray, edge_index: np.ndarray | None = None,
+                        ) -> np.ndarray:
+    """(6,) float64: the extents the output tile bounds of a tile kernel divide, in bound order, 0 past r.
+
+    The bounds cover r positions (those any config sets, cols 8–13 of config_feat (c, 24)) and run over
+    the iteration space's dims **major to minor by its layout** (node_feat cols 134–139), which the real
+    files show: every bound ≤ ceil(extent / unit) in that order (:data:`TILE_UNITS`). The iteration
+    space is the kernel's output (the last node) when it has rank r; when the output is a tuple, the
+    largest rank-r element of the called computation's root tuple (edges [u, v]: u uses v; ties → the
+    later node); else the largest rank-r tensor of the kernel. No output bounds, no such node: zeros.
     """
     cf = np.asarray(config_feat, np.float64)
     out = np.zeros(6, np.float64)
@@ -184,24 +190,41 @@ def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray) -> np.nd
         return out
     nf = np.asarray(node_feat, np.float64)
     rank = output_rank(nf)
-    cand = np.flatnonzero((rank == r) & (nf[:, 18] != 1))
-    if len(cand) == 0:
+    fits = (rank == r) & (nf[:, 18] != 1)
+    if not fits.any():
         return out
-    root = len(nf) - 1  # the entry computation's root (the kernel's output) comes last
-    best = root if cand[-1] == root else cand[::-1][np.argmax(nf[cand[::-1], 28])]
-    out[:r] = nf[best, 21:21 + r]
+    root = len(nf) - 1
+
+    def largest(nodes: np.ndarray) -> int:
+        nodes = np.sort(nodes[fits[nodes]])[::-1]
+        return int(nodes[np.argmax(nf[nodes, 28])]) if len(nodes) else -1
+
+    best = root if fits[root] else -1
+    if best < 0 and nf[root, 18] == 1 and edge_index is not None:
+        e = np.asarray(edge_index, np.int64).reshape(-1, 2)
+        called = [v for v in e[e[:, 0] == root, 1] if nf[v, 18] == 1 and nf[v, 0] == 1]  # tuple roots
+        if called:
+            best = largest(e[np.isin(e[:, 0], called), 1])
+    if best < 0:
+        best = largest(np.arange(len(nf)))
+    dims = nf[best, 21:21 + r]
+    minor_to_major = np.rint(nf[best, 134:134 + r]).astype(np.int64)
+    if sorted(minor_to_major.tolist()) == list(range(r)):
+        dims = dims[minor_to_major[::-1]]
+    out[:r] = dims
     return out
 
 
 def tile_config_features(config_feat: np.ndarray, dtype: Any = np.float32,
                          extents: np.ndarray | None = None) -> np.ndarray:
     """Tile model inputs (k, N_TILE_INPUT = 42) from config_feat (k, 24) and the kernel's iteration
-    space ``extents`` (6,) (:func:`tile_iteration_dims`; None = unknown, zeros).
+    space ``extents`` (6,) in bound order (:func:`tile_iteration_dims`; None = unknown, zeros).
 
     Columns 0–23: log1p(max(config_feat, 0)). Columns 24–41, per output-bound position d = 0..5 where
-    both are known (0 elsewhere): log2 extent_d / 10; log2(extent_d / bound_d) / 10 (how many bound
-    units the extent spans: tiles × elements per unit); the padding left by ceil(extent_d / bound_d)
-    whole units, ceil(e/b)·b / e − 1 (0 when the bound divides the extent).
+    bound b_d and extent e_d are both known (0 elsewhere), with the tile span s_d = min(b_d · unit_d,
+    e_d) (unit: 128 on the last bounded position, 8 on the one before, else 1; :data:`TILE_UNITS`):
+    log2 e_d / 10; log2(e_d / s_d) / 10 (log tiles along d); the padding of whole tiles,
+    ceil(e_d / s_d) · s_d / e_d − 1.
     """
     cf = np.asarray(config_feat, np.float64)
     if cf.ndim != 2 or cf.shape[1] != N_TILE_FEAT:
@@ -209,13 +232,17 @@ def tile_config_features(config_feat: np.ndarray, dtype: Any = np.float32,
     out = np.zeros((cf.shape[0], N_TILE_INPUT), np.float64)
     out[:, :N_TILE_FEAT] = np.log1p(np.maximum(cf, 0.0))
     if extents is not None:
-        e = np.asarray(extents, np.float64).reshape(6)[None, :]
+        e = np.asarray(extents, np.float64).reshape(6)
+        r = int(np.count_nonzero(e))
+        unit = np.ones(6)
+        unit[max(r - 2, 0):r] = TILE_UNITS[2 - min(r, 2):]
         b = cf[:, OUTPUT_BOUNDS]
-        known = (b > 0) & (e > 0)
-        safe_b, safe_e = np.where(known, b, 1.0), np.where(e > 0, e, 1.0)
+        known = (b > 0) & (e > 0)[None, :]
+        safe_e = np.where(e > 0, e, 1.0)[None, :]
+        span = np.where(known, np.minimum(b * unit[None, :], safe_e), 1.0)
         out[:, 24:30] = np.where(known, np.log2(safe_e) / 10.0, 0.0)
-        out[:, 30:36] = np.where(known, np.log2(safe_e / safe_b) / 10.0, 0.0)
-        out[:, 36:42] = np.where(known, np.ceil(safe_e / safe_b) * safe_b / safe_e - 1.0, 0.0)
+        out[:, 30:36] = np.where(known, np.log2(safe_e / span) / 10.0, 0.0)
+        out[:, 36:42] = np.where(known, np.ceil(safe_e / span) * span / safe_e - 1.0, 0.0)
     return out.astype(dtype)
 
 

@@ -95,7 +95,7 @@ class Ranker:
         if self.config.kind == "layout":
             return np.asarray(record.node_config_feat(rows), np.int8)
         config_feat = np.asarray(record.config_feat)
-        extents = tile_iteration_dims(np.asarray(record.node_feat), config_feat)
+        extents = tile_iteration_dims(np.asarray(record.node_feat), config_feat, np.asarray(record.edge_index))
         return tile_config_features(config_feat[rows], self.dtype, extents)
 
     def static(self, pg: PreparedGraph) -> StaticCache:
