@@ -88,8 +88,9 @@ def test_tile_backward_matches_finite_differences(tile_graph):
     cfg = ModelConfig("tile", hidden=6, head_hidden=5, layers=2, dtype="float64")
     pg = prepare_graph(tile_graph, "tile", mean, std, 2, np.float64)
     params = init_params(cfg, 4)
-    feats = tile_config_features(tile_graph.config_feat, np.float64,
-                                 tile_iteration_dims(tile_graph.node_feat, tile_graph.config_feat))
+    feats = tile_config_features(tile_graph.config_feat, np.float64, pg.tile_extents)
+    np.testing.assert_array_equal(pg.tile_extents, tile_iteration_dims(tile_graph.node_feat, tile_graph.config_feat,
+                                                                       tile_graph.edge_index))
     assert np.abs(feats[:, 24:]).sum() > 0  # the shape inputs take part in the check
     w = np.random.default_rng(1).standard_normal(len(feats))
     _, cache = forward(params, pg, feats, cfg)

@@ -106,7 +106,8 @@ class PreparedGraph:
     cfg_dims (nc, 6) float64 output dims and cfg_default (nc, 6) int64 node layout of those nodes;
     cfg_modal (nc,) int64 the base-7 code of each node's most frequent output block over the graph's
     configs (weighted by group size); cfg_cost (nc,) float64 √(multiply-adds) of each node
-    (:func:`node_work`) ÷ the largest over the graph's configurable nodes, in (0, 1];
+    (:func:`node_work`) ÷ the largest over the graph's configurable nodes, in (0, 1]; tile_extents (6,)
+    float64 (tile) the extents the output bounds divide (:func:`tile_iteration_dims`);
     regions[l] (|R_l|,) int64 for l = 0..L; sub_in[l] / sub_out[l] (|R_l| × |R_{l−1}|, index 0 unused).
     """
 
@@ -124,6 +125,7 @@ class PreparedGraph:
     cfg_default: np.ndarray | None = None
     cfg_modal: np.ndarray | None = None
     cfg_cost: np.ndarray | None = None
+    tile_extents: np.ndarray | None = None
     regions: list[np.ndarray] = field(default_factory=list)
     sub_in: list[Csr | None] = field(default_factory=list)
     sub_out: list[Csr | None] = field(default_factory=list)
@@ -317,6 +319,8 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     p_in, p_out = mean_operators(edge_index, n, dtype)
     pg = PreparedGraph(record.graph_id, kind, n, x, opcode, p_in, p_out, p_in.transpose(),
                        p_out.transpose(), config_pos)
+    if kind == "tile":
+        pg.tile_extents = tile_iteration_dims(node_feat, np.asarray(record.config_feat), edge_index)
     if kind == "layout":
         pg.cfg_dims = np.asarray(node_feat[config_pos, 21:27], np.float64)
         pg.cfg_default = np.rint(np.asarray(node_feat[config_pos, 134:140], np.float64)).astype(np.int64)

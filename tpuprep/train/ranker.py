@@ -16,13 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .features import (
-    PreparedGraph,
-    clean_stats,
-    prepare_graph,
-    tile_config_features,
-    tile_iteration_dims,
-)
+from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
@@ -89,14 +83,13 @@ class Ranker:
         return prepare_graph(record, self.config.kind, self.feat_mean, self.feat_std,
                              self.config.layers, self.dtype)
 
-    def batch_inputs(self, record: Any, rows: np.ndarray) -> np.ndarray:
-        """Model input for unique-config rows: layout (k, nc, 18) int8; tile (k, 42) float."""
+    def batch_inputs(self, record: Any, pg: PreparedGraph, rows: np.ndarray) -> np.ndarray:
+        """Model input for unique-config rows of ``record`` (prepared as ``pg``): layout (k, nc, 18) int8;
+        tile (k, 42) float."""
         rows = np.asarray(rows, np.int64)
         if self.config.kind == "layout":
             return np.asarray(record.node_config_feat(rows), np.int8)
-        config_feat = np.asarray(record.config_feat)
-        extents = tile_iteration_dims(np.asarray(record.node_feat), config_feat, np.asarray(record.edge_index))
-        return tile_config_features(config_feat[rows], self.dtype, extents)
+        return tile_config_features(np.asarray(record.config_feat)[rows], self.dtype, pg.tile_extents)
 
     def static(self, pg: PreparedGraph) -> StaticCache:
         """The config-independent forward pass (reusable across batches at inference)."""
@@ -112,7 +105,7 @@ class Ranker:
         out = np.empty(len(want), np.float64)
         for start in range(0, len(want), batch_size):
             part = want[start:start + batch_size]
-            s, _ = forward(self.params, pg, self.batch_inputs(record, part), self.config, st, keep=False)
+            s, _ = forward(self.params, pg, self.batch_inputs(record, pg, part), self.config, st, keep=False)
             out[start:start + len(part)] = s
         return out
 

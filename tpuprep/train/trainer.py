@@ -127,7 +127,7 @@ def quick_validation(ranker: Ranker, cache: GraphCache, ids: list[str], max_conf
             rows = np.sort(rng.choice(len(target), max_configs, replace=False))
         st = ranker.static(pg)
         scores = np.concatenate([
-            forward(ranker.params, pg, ranker.batch_inputs(rec, rows[i:i + 1024]), ranker.config, st,
+            forward(ranker.params, pg, ranker.batch_inputs(rec, pg, rows[i:i + 1024]), ranker.config, st,
                     keep=False)[0] for i in range(0, len(rows), 1024)])
         if ranker.config.kind == "layout":
             v = kendall_tau(scores, target[rows])
@@ -192,7 +192,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
                 k = min(cfg.batch_configs, len(target))
                 configs_seen += k
                 rows = np.sort(rng.choice(len(target), k, replace=False))
-                scores, fc = forward(ranker.params, pg, ranker.batch_inputs(rec, rows), mcfg)
+                scores, fc = forward(ranker.params, pg, ranker.batch_inputs(rec, pg, rows), mcfg)
                 loss, dscores = pairwise_loss(scores, target[rows], cfg.loss, cfg.margin)
                 grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
                 spent = None if cfg.time_budget is None else (time.monotonic() - t0) / max(cfg.time_budget, 1e-9)
