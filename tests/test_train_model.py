@@ -371,4 +371,4 @@ def test_real_tile_bounds_run_major_to_minor_in_lane_and_sublane_units(real_npz)
         most = cf[:, 8:8 + r].max(axis=0)
         assert (most <= top).all(), (path.name, ext, most)
         tight += bool((most == top).all())
-    assert bounded == 12 and tight >= 8
+    assert bounded == 12 and tight == 8
