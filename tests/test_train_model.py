@@ -298,7 +298,7 @@ def test_dot_contraction_ignores_batch_dims(lhs, rhs, out, k):
 
     nf = _shaped([lhs, rhs, out])
     elements = nf[:, 28].astype(np.float64)
-    assert dot_contraction(elements, nf[:, 21:27].astype(np.float64), output_rank(nf), 2, 0, 1) == \
+    assert dot_contraction(elements, nf[:, 21:27].astype(np.float64), output_rank(nf[:, 21:27]), 2, 0, 1) == \
         pytest.approx(k)
 
 
@@ -372,3 +372,4 @@ def test_real_tile_bounds_run_major_to_minor_in_lane_and_sublane_units(real_npz)
         assert (most <= top).all(), (path.name, ext, most)
         tight += bool((most == top).all())
     assert bounded == 12 and tight == 8
+

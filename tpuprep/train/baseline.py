@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .features import output_rank
+
 POSITIONS = ("minor", "major")
 
 
@@ -33,8 +35,7 @@ def _node_info(record: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     nf = np.asarray(record.node_feat)[cfg].astype(np.float64)
     dims = nf[:, 21:27]
     largest = dims.argmax(axis=1)
-    nonzero = dims > 0
-    rank = np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    rank = output_rank(dims)
     default = np.rint(nf[:, 134:140]).astype(np.int64)
     return largest, rank, default
 
@@ -64,3 +65,4 @@ def violation_ratio(record: Any, rows: np.ndarray | None = None, position: str =
         n_counted = counted.sum(axis=1)
         out[start:start + chunk] = np.where(n_counted > 0, viol.sum(axis=1) / np.maximum(n_counted, 1), 0.0)
     return out
+

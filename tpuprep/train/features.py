@@ -191,7 +191,7 @@ def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray, edge_ind
     if r == 0:
         return out
     nf = np.asarray(node_feat, np.float64)
-    rank = output_rank(nf)
+    rank = output_rank(nf[:, 21:27])
     fits = (rank == r) & (nf[:, 18] != 1)
     if not fits.any():
         return out
@@ -339,9 +339,11 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     return pg
 
 
-def output_rank(node_feat: np.ndarray) -> np.ndarray:
-    """(n,) int64 output rank: 1 + the last non-zero of dims cols 21–26 (0 for tuples and scalars)."""
-    nonzero = np.asarray(node_feat[:, 21:27]) > 0
+def output_rank(dims: np.ndarray) -> np.ndarray:
+    """(n,) int64 output rank from output dims (n, 6) (node_feat cols 21–26): 1 + the last non-zero dim,
+    0 for tuples and scalars. (The pipeline's re-padding rule, ``kernels.repad.output_rank``, also
+    reads the layout columns and so counts a trailing zero-size dim; these features never needed it.)"""
+    nonzero = np.asarray(dims) > 0
     return np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0).astype(np.int64)
 
 
@@ -372,7 +374,7 @@ def node_work(node_feat: np.ndarray, opcode: np.ndarray, edge_index: np.ndarray,
     operand counts k = 1."""
     elements = np.maximum(np.asarray(node_feat[:, 28], np.float64), 1.0)
     dims = np.asarray(node_feat[:, 21:27], np.float64)
-    rank = output_rank(node_feat)
+    rank = output_rank(dims)
     work = elements[nodes] * np.where(opcode[nodes] == OPCODE_CONVOLUTION,
                                       np.maximum(np.asarray(node_feat[nodes, 44], np.float64), 1.0), 1.0)
     for i in np.flatnonzero(opcode[nodes] == OPCODE_DOT):
@@ -446,8 +448,7 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
         return feats.astype(dtype), np.zeros(b, dtype)
     dims = pg.cfg_dims
     largest = dims.argmax(axis=1)
-    nonzero = dims > 0
-    rank = np.where(nonzero.any(axis=1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    rank = output_rank(dims)
     default = pg.cfg_default
     is_default = v[:, :, 0] < 0
     out = np.where(is_default[:, :, None], default[None], v[:, :, 0:6])
