@@ -62,7 +62,8 @@ def test_training_benchmark_runs_on_tiny_and_on_the_real_alexnet(tmp_path):
                                        "layout:xla:random", "tile:xla"}
     for coll, row in res["collections"].items():
         assert row["steps"] > 0 and row["configs_per_s"] > 0
-        assert ("tau_oracle" in row) == coll.startswith("layout")
+        assert ("tau_oracle" in row) == ("tau_modal_work" in row) == coll.startswith("layout")
+        assert -1 <= row["tau"] <= 1
         assert row["checks"] and all(isinstance(v, bool) for v in row["checks"].values())
     assert ("acceptance: all checks pass" in proc.stdout) == (proc.returncode == 0)
     # one collection with a TrainConfig override

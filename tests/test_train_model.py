@@ -373,3 +373,15 @@ def test_real_tile_bounds_run_major_to_minor_in_lane_and_sublane_units(real_npz)
         tight += bool((most == top).all())
     assert bounded == 12 and tight == 8
 
+
+def test_modal_work_share_is_the_share_of_work_off_its_modal_block(layout_graph):
+    from tpuprep.train.baseline import modal_work_share
+
+    share = modal_work_share(layout_graph, chunk=7)  # several chunks
+    pg = prepare_graph(layout_graph, "layout", np.zeros(134), np.ones(134), 1, np.float64)
+    c_u = len(layout_graph.group_size)
+    vals = np.asarray(layout_graph.node_config_feat(np.arange(c_u)), np.int64)
+    code = ((vals[:, :, :6] + 1) * 7 ** np.arange(6)).sum(axis=2)  # (c_u, nc) output block codes
+    off = code != pg.cfg_modal[None]
+    np.testing.assert_allclose(share, (off * pg.cfg_cost[None]).sum(axis=1) / pg.cfg_cost.sum())
+    assert share.shape == (c_u,) and 0 < share.max() <= 1 and share.min() >= 0

@@ -66,3 +66,21 @@ def violation_ratio(record: Any, rows: np.ndarray | None = None, position: str =
         out[start:start + chunk] = np.where(n_counted > 0, viol.sum(axis=1) / np.maximum(n_counted, 1), 0.0)
     return out
 
+
+def modal_work_share(record: Any, chunk: int = 4096) -> np.ndarray:
+    """(c_u,) float64 per unique config of a layout GraphRecord: the share of its configurable nodes'
+    √(multiply-adds) whose output block left the node's modal block — the model's third config summary
+    (``features.config_summary``) on its own, with no training. Higher = predicted slower.
+
+    Reported next to the model by ``benchmarks.training`` to show what the hand-made features alone rank.
+    """
+    from .features import config_summary, derived_config_features, prepare_graph
+
+    pg = prepare_graph(record, "layout", np.zeros(134), np.ones(134), 0, np.float64)
+    c_u = int(np.asarray(record.group_size).shape[0])
+    out = np.zeros(c_u, np.float64)
+    for start in range(0, c_u, chunk):
+        vals = np.asarray(record.node_config_feat(np.arange(start, min(c_u, start + chunk))))
+        feats, viol = derived_config_features(pg, vals, np.float64)
+        out[start:start + chunk] = config_summary(pg, feats, viol)[:, 2]
+    return out
