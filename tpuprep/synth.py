@@ -65,9 +65,9 @@ S ~ logU(0.03, 6) per program; operand choices add ≤ 3e-4 · rel, reshape choi
 noise ~ N(0, σ), σ ~ logU(1e-4, 6e-4) per program — additive over visible per-node terms, hence
 learnable: one hand-made feature, the share of the graph's configurable √multiply-adds whose output
 left its modal layout (trainer ``features.config_summary``, cost recovered from node_feat and edges),
-reaches Kendall τ (vs measured runtimes; train / valid graphs) 0.72 / 0.67 on xla:default (ceiling,
-measured vs truth, 0.80 / 0.78: near-ties), 0.97 / 0.97 on xla:random, 0.78 / 0.73 on nlp:default
-(ceiling 0.86 / 0.77) and 0.99 / 0.99 on nlp:random (small, seed 0).
+reaches Kendall τ (vs measured runtimes, valid graphs of small, seed 0) 0.67 on xla:default (ceiling,
+measured vs truth, 0.785: near-ties), 0.97 on xla:random, 0.73 on nlp:default (ceiling 0.77) and
+0.99 on nlp:random — ``tau_modal_work`` and ``tau_oracle`` of ``python -m benchmarks.training``.
 
 Tile. Kernels: fusions (72 %, parameters → elementwise/broadcast/reduce DAG whose values all reach
 the root, sometimes a 2-output tuple, called by a fusion node in the entry), convolution fusions
