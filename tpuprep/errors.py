@@ -23,3 +23,13 @@ class BadInput(ValueError):
 
 class UsageError(Exception):
     """The command was asked something it cannot do (exit code 2)."""
+
+
+class FatalError(Exception):
+    """A fault that stops a command (exit code 1). ``str()`` is the one line shown to the user: what went
+    wrong and where (file, key, address), never a traceback."""
+
+
+class BadShards(FatalError, ValueError):
+    """A shard folder cannot be trusted: no or malformed manifest, unknown format or major schema
+    version, a path that escapes the folder, or data that fails its checks."""
