@@ -124,7 +124,7 @@ def test_verify_catches_content_that_no_longer_matches_the_source(built):
     """A shard rewritten with one wrong runtime and a manifest hash to match: only the content check sees it."""
     import pyarrow as pa
 
-    from tpuprep.shards import sha256_of
+    from tpuprep.shards.writer import sha256_of
 
     src, dst = built
     shard = next(dst.glob("layout/xla/random/configs/*.parquet"))

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from tpuprep.build import build
 from tpuprep.cli import main
-from tpuprep.executors import ProcessRunner, WorkersLost
+from tpuprep.runners.local import ProcessRunner, WorkersLost
 
 START_TIMEOUT = 60.0
 
@@ -142,7 +142,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
 def test_workers_are_thread_capped_and_warmed(cluster):
     """First in this module: no task has run on the workers yet, so only the plugin can have loaded
     the kernels."""
-    from tpuprep.dask_runner import DaskRunner
+    from tpuprep.runners.dask_cluster import DaskRunner
 
     runner = DaskRunner(address=cluster.address)
     try:
@@ -196,7 +196,7 @@ def test_cli_finds_the_cluster_by_file_or_environment(tmp_path, cluster, tiny_sr
 
 
 def test_version_mismatch_is_reported_clearly(cluster):
-    from tpuprep.dask_runner import ClusterError, DaskRunner
+    from tpuprep.runners.dask_cluster import ClusterError, DaskRunner
 
     def set_version(v: str | None = None) -> str:
         import tpuprep
@@ -219,15 +219,15 @@ def test_version_mismatch_is_reported_clearly(cluster):
 
 
 def test_same_version_with_other_source_files_only_warns(cluster):
-    from tpuprep.dask_runner import DaskRunner, SourceMismatchWarning
+    from tpuprep.runners.dask_cluster import DaskRunner, SourceMismatchWarning
 
     def set_digest(value: str | None) -> None:
-        import tpuprep.dask_runner as d
+        import tpuprep.runners.dask_cluster as d
 
         d.source_digest = (lambda: value) if value else d._real_source_digest  # type: ignore[attr-defined]
 
     def keep_real() -> None:
-        import tpuprep.dask_runner as d
+        import tpuprep.runners.dask_cluster as d
 
         d._real_source_digest = getattr(d, "_real_source_digest", d.source_digest)  # type: ignore[attr-defined]
 
@@ -241,7 +241,7 @@ def test_same_version_with_other_source_files_only_warns(cluster):
 
 
 def test_task_checks_the_worker_environment():
-    from tpuprep.dask_runner import ClusterError, environment, run_task
+    from tpuprep.runners.dask_cluster import ClusterError, environment, run_task
 
     expected = environment()
     assert run_task(expected, max, 2, 3) == 3
@@ -250,7 +250,7 @@ def test_task_checks_the_worker_environment():
 
 
 def test_workers_must_see_the_data(cluster, tmp_path):
-    from tpuprep.dask_runner import ClusterError, DaskRunner
+    from tpuprep.runners.dask_cluster import ClusterError, DaskRunner
 
     runner = DaskRunner(scheduler_file=cluster.scheduler_file)
     try:
@@ -262,7 +262,7 @@ def test_workers_must_see_the_data(cluster, tmp_path):
 
 
 def test_unreachable_scheduler_is_one_clear_error(tmp_path):
-    from tpuprep.dask_runner import ClusterError, DaskRunner
+    from tpuprep.runners.dask_cluster import ClusterError, DaskRunner
 
     with pytest.raises(ClusterError, match="cannot connect"):
         DaskRunner(address="tcp://127.0.0.1:9", connect_timeout=1)
@@ -278,7 +278,7 @@ def _fails_once(marker: str) -> str:
 
 
 def test_failed_tasks_are_retried(cluster, tmp_path):
-    from tpuprep.dask_runner import DaskRunner
+    from tpuprep.runners.dask_cluster import DaskRunner
 
     runner = DaskRunner(address=cluster.address, retries=1)
     try:
@@ -307,8 +307,8 @@ def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp
     """``KilledWorker`` (the scheduler gave up on a task) quarantines that task's files; the batch goes on."""
     from tpuprep.build import process_batch
     from tpuprep.convert import BuildOptions
-    from tpuprep.dask_runner import DaskRunner
     from tpuprep.inputs import discover
+    from tpuprep.runners.dask_cluster import DaskRunner
 
     inputs = discover(tiny_src)[0][:2]
     opts = BuildOptions()
@@ -335,7 +335,7 @@ def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp
 
 def test_build_survives_a_killed_dask_worker(tmp_path, cluster, tiny_src, reference):
     """SIGKILL the busiest worker as soon as the first file is done; its tasks are rescheduled."""
-    from tpuprep.dask_runner import DaskRunner
+    from tpuprep.runners.dask_cluster import DaskRunner
 
     total = len(list(tiny_src.rglob("*.npz")))
     killed: list[tuple[int, int]] = []

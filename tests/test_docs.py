@@ -18,9 +18,9 @@ import yaml
 from test_readers import EXAMPLES, REPO, hf_env, require
 
 from tpuprep import schema_doc
-from tpuprep.card import HF_SPLITS, config_name, hf_features, render_card
-from tpuprep.manifest import read_manifest
-from tpuprep.schema import TABLES, manifest_schema, table_schema
+from tpuprep.shards.card import HF_SPLITS, config_name, hf_features, render_card
+from tpuprep.shards.manifest import read_manifest
+from tpuprep.shards.schema import TABLES, manifest_schema, table_schema
 
 DOCS = REPO / "docs"
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -32,12 +32,12 @@ FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 def test_schema_md_is_up_to_date():
     current = schema_doc.render_schema_reference()
     assert (DOCS / "schema.md").read_text() == current, (
-        "docs/schema.md is out of date: run `python -m tpuprep.schema_doc > docs/schema.md`")
+        "docs/schema.md is out of date: run `python -m tpuprep.shards.schema_doc > docs/schema.md`")
 
 
 def test_schema_doc_command(tmp_path, capsys):
-    """`python -m tpuprep.schema_doc` prints the reference; `--check FILE` fails on a stale or missing file."""
-    printed = subprocess.run([sys.executable, "-m", "tpuprep.schema_doc"], cwd=tmp_path, capture_output=True, text=True)
+    """`python -m tpuprep.shards.schema_doc` prints the reference; `--check FILE` fails on a stale or missing file."""
+    printed = subprocess.run([sys.executable, "-m", "tpuprep.shards.schema_doc"], cwd=tmp_path, capture_output=True, text=True)
     assert printed.returncode == 0 and printed.stdout == schema_doc.render_schema_reference()
     assert schema_doc.main(["--check", str(DOCS / "schema.md")]) == 0
     stale = tmp_path / "schema.md"

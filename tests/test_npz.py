@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tpuprep.errors import BadInput
-from tpuprep.npz import NpzFile
+from tpuprep.io.npz import NpzFile
 
 
 def _write(path, compressed=True, **arrays):

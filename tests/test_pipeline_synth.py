@@ -15,7 +15,7 @@ from tpuprep.build import build
 from tpuprep.cli import main
 from tpuprep.convert import BuildOptions
 from tpuprep.kernels.repad import REPADDED_COLUMNS
-from tpuprep.schema import SCHEMA_VERSION, manifest_schema, table_schema
+from tpuprep.shards.schema import SCHEMA_VERSION, manifest_schema, table_schema
 from tpuprep.verify import verify
 
 

@@ -6,6 +6,6 @@ Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_
 __version__ = "0.1.0"
 
 from .kernels.base7 import decode_base7, encode_base7
-from .reader import Dataset, GraphRecord, open_dataset
+from .shards.reader import Dataset, GraphRecord, open_dataset
 
 __all__ = ["Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7", "open_dataset"]

@@ -22,9 +22,9 @@ from .convert import BuildOptions, ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
 from .inputs import InputFile, discover
-from .manifest import MANIFEST, QUARANTINE, build_manifest, write_json_atomic
-from .npz import sha256_file
-from .shards import PartFiles, merge_parts, write_parts
+from .io.npz import sha256_file
+from .shards.manifest import MANIFEST, QUARANTINE, build_manifest, write_json_atomic
+from .shards.writer import PartFiles, merge_parts, write_parts
 
 STAGING = ".tpuprep"
 OUTPUT_ENTRIES = (MANIFEST, QUARANTINE, "README.md", "layout", "tile", STAGING)
@@ -200,8 +200,8 @@ def build(
     progress: Progress | None = None,
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5)."""
-    from .card import write_card
-    from .executors import SerialRunner
+    from .runners.local import SerialRunner
+    from .shards.card import write_card
 
     opts = opts or BuildOptions()
     src, dst = Path(src).resolve(), Path(dst).resolve()

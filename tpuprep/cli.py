@@ -87,7 +87,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
     from .build import build
     from .convert import BuildOptions
-    from .executors import make_runner, tune_malloc
+    from .runners.local import make_runner, tune_malloc
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
@@ -183,7 +183,7 @@ def demo(keep, workers) -> None:
     """Synthesise a small TpuGraphs tree, build it, verify it and print the summary."""
     from . import open_dataset
     from .build import build as run_build
-    from .executors import make_runner
+    from .runners.local import make_runner
     from .synth import synthesize
     from .verify import verify as run_verify
 
@@ -222,7 +222,7 @@ def demo(keep, workers) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest's collections as JSON.")
 def info(dst, as_json) -> None:
     """Describe a shard folder."""
-    from .manifest import read_manifest
+    from .shards.manifest import read_manifest
 
     try:
         m = read_manifest(dst)

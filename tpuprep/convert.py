@@ -16,7 +16,7 @@ import numpy as np
 from . import kernels
 from .errors import BadInput
 from .inputs import InputFile, read_graph
-from .npz import NpzFile
+from .io.npz import NpzFile
 
 FEATURE_STATS_COLUMNS = 134
 """node_feat columns covered by the build-time feature statistics (0..133, i.e. all but the layout)."""

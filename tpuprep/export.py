@@ -41,7 +41,7 @@ import numpy as np
 from .errors import UsageError
 from .inputs import SPLITS, selected
 from .kernels.base7 import decode_base7
-from .reader import Dataset, GraphRecord, open_dataset
+from .shards.reader import Dataset, GraphRecord, open_dataset
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE = 0, 1, 2
 CHUNK_BYTES = 32 << 20

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadInput
-from .npz import Member, NpzFile
+from .io.npz import Member, NpzFile
 
 SPLITS = ("train", "valid", "test")
 COLLECTIONS = (

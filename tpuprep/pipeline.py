@@ -329,13 +329,13 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
 
 def make_pipeline_runner(spec: ClusterSpec):
     """The runner for a run's cluster settings (see ``ClusterSpec``)."""
-    from .executors import ProcessRunner, SerialRunner
+    from .runners.local import ProcessRunner, SerialRunner
 
     if spec.type == "serial" or (spec.type == "local" and spec.engine == "processes" and spec.workers <= 1):
         return SerialRunner()
     if spec.type == "local" and spec.engine == "processes":
         return ProcessRunner(spec.workers)
-    from .dask_runner import DaskRunner
+    from .runners.dask_cluster import DaskRunner
 
     if spec.type == "local":
         return DaskRunner(local_workers=spec.workers, retries=spec.retries, timeout=spec.timeout)

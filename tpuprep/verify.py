@@ -20,11 +20,11 @@ import numpy as np
 
 from .errors import BadInput
 from .inputs import discover, selected
+from .io.npz import NpzFile, sha256_file
 from .kernels.base7 import decode_base7
 from .kernels.repad import REPADDED_COLUMNS
-from .npz import NpzFile, sha256_file
-from .reader import Dataset, GraphRecord, open_dataset
-from .shards import sha256_of
+from .shards.reader import Dataset, GraphRecord, open_dataset
+from .shards.writer import sha256_of
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..reader import GraphRecord
+from ..shards.reader import GraphRecord
 
 TRAIN_SUFFIX, HOLDOUT_SUFFIX = "@train", "@holdout"
 

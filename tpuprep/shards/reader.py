@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .convert import graph_fold
-from .kernels.base7 import decode_base7
+from ..convert import graph_fold
+from ..kernels.base7 import decode_base7
 from .manifest import read_manifest
 
 

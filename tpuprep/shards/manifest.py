@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .convert import FEATURE_STATS_COLUMNS, BuildOptions, unpack_floats
-from .faults import checkpoint
+from ..convert import FEATURE_STATS_COLUMNS, BuildOptions, unpack_floats
+from ..faults import checkpoint
 from .schema import SCHEMA_VERSION
 
 MANIFEST = "manifest.json"
@@ -28,7 +28,7 @@ def library_versions() -> dict[str, str]:
     import numba
     import pyarrow
 
-    from . import __version__
+    from .. import __version__
 
     return {"tpuprep": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "numba": numba.__version__, "pyarrow": pyarrow.__version__}

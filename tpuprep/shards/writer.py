@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from .convert import ConvertedGraph
-from .faults import checkpoint
+from ..convert import ConvertedGraph
+from ..faults import checkpoint
 from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20

@@ -33,8 +33,8 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
-from .errors import UsageError
-from .executors import lost_task_result, task_inputs, warm_worker
+from ..errors import UsageError
+from .local import lost_task_result, task_inputs, warm_worker
 
 PLUGIN_NAME = "tpuprep-worker"
 LIBRARIES = ("numpy", "numba", "pyarrow")

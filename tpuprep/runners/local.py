@@ -7,7 +7,7 @@ N single-threaded workers use N cores, and load every Numba kernel once before t
 
 Worker death is an infrastructure failure, not a property of the batch: ``ProcessRunner`` resubmits
 the unfinished tasks on a fresh pool (a bounded number of times), and ``DaskRunner``
-(``tpuprep.dask_runner``) relies on the scheduler to reschedule the tasks of a lost worker.
+(``tpuprep.runners.dask_cluster``) relies on the scheduler to reschedule the tasks of a lost worker.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def warm_worker(threads: int = 1) -> None:
     """Cap threads, tune malloc and load every Numba kernel once, so no task pays a compile or cache load."""
     cap_threads(threads)
     tune_malloc()
-    from .kernels import warm
+    from ..kernels import warm
 
     warm()
 
@@ -228,7 +228,7 @@ class ProcessRunner:
 
 def task_inputs(args: tuple) -> list:
     """The input files a build task reads (its first argument: one ``InputFile`` or a list of them)."""
-    from .inputs import InputFile
+    from ..inputs import InputFile
 
     first = args[0] if args else None
     if isinstance(first, InputFile):
@@ -246,7 +246,7 @@ def lost_task_result(fn: Callable[..., Any], args: tuple, reason: str) -> dict |
     other per-file error. The result has the shape of ``build.process_batch``'s; no sidecar is written,
     so ``--resume`` tries the files again.
     """
-    from . import build
+    from .. import build
 
     if fn is not getattr(build, "process_batch", None):
         return None
@@ -267,7 +267,7 @@ def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: 
     local process pool and 1 runs everything in this process (the debugging path).
     """
     if scheduler or scheduler_file:
-        from .dask_runner import DaskRunner
+        from .dask_cluster import DaskRunner
 
         return DaskRunner(address=scheduler, scheduler_file=scheduler_file)
     if workers <= 1:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import BadInput
+from ..faults import checkpoint
 from . import inflate
-from .errors import BadInput
-from .faults import checkpoint
 
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")
 _LOCAL_MAGIC = b"PK\x03\x04"

@@ -1,0 +1,1 @@
+"""tpuprep.runners."""
