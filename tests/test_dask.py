@@ -412,7 +412,7 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
     freed block over 128 KB; warm_worker (pool initializer and Dask plugin) fixes both thresholds."""
     import platform
 
-    from tpuprep import executors
+    from tpuprep.runners import local as executors
 
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert executors.tune_malloc() is True
@@ -424,7 +424,7 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
 
 
 def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeypatch, tiny_src, tmp_path):
-    from tpuprep import executors
+    from tpuprep.runners import local as executors
 
     calls = []
     monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)

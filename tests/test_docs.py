@@ -17,7 +17,7 @@ import pytest
 import yaml
 from test_readers import EXAMPLES, REPO, hf_env, require
 
-from tpuprep import schema_doc
+from tpuprep.shards import schema_doc
 from tpuprep.shards.card import HF_SPLITS, config_name, hf_features, render_card
 from tpuprep.shards.manifest import read_manifest
 from tpuprep.shards.schema import TABLES, manifest_schema, table_schema
