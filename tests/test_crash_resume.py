@@ -124,7 +124,7 @@ def test_verify_catches_content_that_no_longer_matches_the_source(built):
     """A shard rewritten with one wrong runtime and a manifest hash to match: only the content check sees it."""
     import pyarrow as pa
 
-    from tpuprep.shards.writer import sha256_of
+    from tpuprep.io.files import sha256_file
 
     src, dst = built
     shard = next(dst.glob("layout/xla/random/configs/*.parquet"))
@@ -136,7 +136,7 @@ def test_verify_catches_content_that_no_longer_matches_the_source(built):
     manifest = json.loads((dst / "manifest.json").read_text())
     for s in manifest["shards"]:
         if dst / s["path"] == shard:
-            s["sha256"], s["bytes"] = sha256_of(shard), shard.stat().st_size
+            s["sha256"], s["bytes"] = sha256_file(shard), shard.stat().st_size
     (dst / "manifest.json").write_text(json.dumps(manifest))
     result = _verify(src, dst)
     assert result.exit_code == 1 and "config_runtime is not the group minimum" in result.output

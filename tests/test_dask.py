@@ -306,8 +306,8 @@ def _killed_worker() -> None:
 def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp_path):
     """``KilledWorker`` (the scheduler gave up on a task) quarantines that task's files; the batch goes on."""
     from tpuprep.build import process_batch
-    from tpuprep.convert import BuildOptions
     from tpuprep.inputs import discover
+    from tpuprep.options import BuildOptions
     from tpuprep.runners.dask_cluster import DaskRunner
 
     inputs = discover(tiny_src)[0][:2]

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 
 import tpuprep
 from tpuprep.build import build
-from tpuprep.convert import BuildOptions
 from tpuprep.errors import UsageError
 from tpuprep.export import (
     LAYOUT_KEY_ORDER,
@@ -30,6 +29,7 @@ from tpuprep.export import (
     npz_relpath,
     write_npz,
 )
+from tpuprep.options import BuildOptions
 
 LAYOUT_DTYPES = {"edge_index": np.int64, "node_feat": np.float32, "node_opcode": np.uint8,
                  "node_config_feat": np.float32, "node_config_ids": np.int64, "node_splits": np.int64,

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from npzfactory import layout_arrays, tile_arrays
 from realdata import REAL
 
-from tpuprep.convert import BuildOptions, convert_file
+from tpuprep.convert import convert_file
 from tpuprep.errors import BadInput
 from tpuprep.inputs import InputFile
+from tpuprep.options import BuildOptions
 
 # bounded in CI; TPUPREP_FUZZ_EXAMPLES=5000 for a longer campaign
 FUZZ = settings(max_examples=int(os.environ.get("TPUPREP_FUZZ_EXAMPLES", "150")), deadline=None,

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tpuprep.build import build
 from tpuprep.cli import main
-from tpuprep.convert import BuildOptions
+from tpuprep.options import BuildOptions
 from tpuprep.pipeline import (
     ClusterSpec,
     PipelineError,

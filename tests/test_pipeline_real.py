@@ -40,7 +40,7 @@ def test_repadding_equals_regenerated_ground_truth(real_shards):
 
 def test_unpruned_repadding_covers_all_3163_nodes(tmp_path, real_tree):
     from tpuprep.build import build
-    from tpuprep.convert import BuildOptions
+    from tpuprep.options import BuildOptions
 
     build(real_tree, tmp_path, BuildOptions(prune=False), collections=["layout"])
     g = tpuprep.open_dataset(tmp_path).load_graph("layout:xla:default:main__.10904")

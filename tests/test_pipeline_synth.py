@@ -13,9 +13,9 @@ from click.testing import CliRunner
 import tpuprep
 from tpuprep.build import build
 from tpuprep.cli import main
-from tpuprep.convert import BuildOptions
-from tpuprep.kernels.repad import REPADDED_COLUMNS
+from tpuprep.options import BuildOptions
 from tpuprep.shards.schema import SCHEMA_VERSION, manifest_schema, table_schema
+from tpuprep.tpugraphs import REPADDED_COLUMNS
 from tpuprep.verify import verify
 
 

@@ -23,7 +23,7 @@ import pytest
 
 import tpuprep
 from tpuprep.build import build
-from tpuprep.convert import BuildOptions
+from tpuprep.options import BuildOptions
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "docs" / "examples"

@@ -10,25 +10,21 @@ holds the finished parts, so ``--resume`` after a crash redoes only unfinished f
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .convert import BuildOptions, ConvertedGraph, convert_file
+from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
 from .inputs import InputFile, discover
-from .io.npz import sha256_file
-from .shards.manifest import MANIFEST, QUARANTINE, build_manifest, write_json_atomic
+from .io.files import TEMPORARY, sha256_file, write_json_atomic, write_text_atomic
+from .options import BuildOptions
+from .shards.layout import CARD, MANIFEST, QUARANTINE, STAGING, is_output_entry, sidecar_relpath
+from .shards.manifest import build_manifest, write_manifest
 from .shards.writer import PartFiles, merge_parts, write_parts
-
-STAGING = ".tpuprep"
-OUTPUT_ENTRIES = (MANIFEST, QUARANTINE, "README.md", "layout", "tile", STAGING)
-TEMPORARY = re.compile(r"\..+\.tmp(-\d+)?")  # what a killed build may leave behind
 
 Progress = Callable[[str, dict], None]
 
@@ -72,7 +68,7 @@ def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
 
 
 def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
-    return staging / "parts" / (batch[0].relpath[: -len(".npz")] + ".json")
+    return staging / sidecar_relpath(batch[0].relpath)
 
 
 def _fingerprint(batch: list[InputFile], opts: BuildOptions) -> dict:
@@ -148,7 +144,7 @@ def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
         raise UsageError(f"--dst {dst} is not empty; pass --resume to finish an interrupted build "
                          "or --overwrite to replace it")
     if overwrite:
-        foreign = [e.name for e in entries if e.name not in OUTPUT_ENTRIES and not TEMPORARY.fullmatch(e.name)]
+        foreign = [e.name for e in entries if not is_output_entry(e.name)]
         if foreign:
             raise UsageError(f"--dst {dst} holds files tpuprep did not write ({', '.join(sorted(foreign)[:5])}); "
                              "refusing to overwrite")
@@ -156,7 +152,7 @@ def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
             shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
     elif resume:
         for e in entries:
-            if e.name in (MANIFEST, QUARANTINE, "README.md") or TEMPORARY.fullmatch(e.name):
+            if e.name in (MANIFEST, QUARANTINE, CARD) or TEMPORARY.fullmatch(e.name):
                 e.unlink()
     dst.mkdir(parents=True, exist_ok=True)
 
@@ -260,11 +256,8 @@ def build(
     records = [r for d in results for r in d["records"]]
     all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
     manifest = build_manifest(opts, all_records, shards)
-    with open(dst / f".{QUARANTINE}.tmp", "w") as fh:
-        for q in manifest["quarantine"]:
-            fh.write(json.dumps(q, sort_keys=True) + "\n")
-    os.replace(dst / f".{QUARANTINE}.tmp", dst / QUARANTINE)
+    write_text_atomic(dst / QUARANTINE, "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"]))
     write_card(dst, manifest)
-    write_json_atomic(dst / MANIFEST, manifest)
+    write_manifest(dst, manifest)
     shutil.rmtree(staging, ignore_errors=True)
     return BuildReport(manifest, all_records)

@@ -86,7 +86,7 @@ def main() -> None:
 def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, workers,
                scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
     from .build import build
-    from .convert import BuildOptions
+    from .options import BuildOptions
     from .runners.local import make_runner, tune_malloc
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,

@@ -7,9 +7,7 @@ deduplicator, so the float32 config array is never held whole.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,31 +15,9 @@ from . import kernels
 from .errors import BadInput
 from .inputs import InputFile, read_graph
 from .io.npz import NpzFile
-
-FEATURE_STATS_COLUMNS = 134
-"""node_feat columns covered by the build-time feature statistics (0..133, i.e. all but the layout)."""
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """What a build does to each file; recorded in the manifest, part of the resume fingerprint."""
-
-    hops: int = 1
-    prune: bool = True
-    repad: bool = True
-    dedup: bool = True
-    folds: int = 5
-    compression_level: int = 3
-    chunk_bytes: int = 32 << 20
-    row_group_bytes: int = 128 << 20
-    shard_bytes: int = 1 << 30
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def fingerprint(self) -> str:
-        text = ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+from .moments import feature_moments
+from .options import BuildOptions
+from .tpugraphs import graph_fold
 
 
 @dataclass
@@ -80,30 +56,8 @@ class ConvertedGraph:
         return int(self.group_size.shape[0])
 
     def feature_moments(self) -> dict:
-        """count, mean (134,) and M2 (134,) of node_feat[:, :134] in float64, for mergeable statistics.
-
-        mean and M2 travel as base64 of little-endian float64: exact, and far cheaper to put in JSON
-        than 268 decimal numbers per graph.
-        """
-        x = self.node_feat[:, :FEATURE_STATS_COLUMNS].astype(np.float64)
-        mean = x.mean(axis=0) if len(x) else np.zeros(FEATURE_STATS_COLUMNS)
-        m2 = ((x - mean) ** 2).sum(axis=0)
-        return {"count": len(x), "mean": pack_floats(mean), "m2": pack_floats(m2)}
-
-
-def pack_floats(values: np.ndarray) -> str:
-    """float64 array → base64 text (exact)."""
-    return base64.b64encode(np.ascontiguousarray(values, "<f8").tobytes()).decode()
-
-
-def unpack_floats(text: str) -> np.ndarray:
-    """The inverse of ``pack_floats``."""
-    return np.frombuffer(base64.b64decode(text), "<f8").astype(np.float64)
-
-
-def graph_fold(graph_id: str, folds: int) -> int:
-    """Deterministic grouped K-fold id of a graph: sha256 of its id modulo K."""
-    return int.from_bytes(hashlib.sha256(graph_id.encode()).digest()[:8], "big") % max(folds, 1)
+        """Mergeable moments of node_feat[:, :134] (``tpuprep.moments``)."""
+        return feature_moments(self.node_feat)
 
 
 class _KeepAll:

@@ -39,17 +39,15 @@ import click
 import numpy as np
 
 from .errors import UsageError
-from .inputs import SPLITS, selected
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
+from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE = 0, 1, 2
 CHUNK_BYTES = 32 << 20
 ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
-LAYOUT_KEY_ORDER = ("edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids",
-                    "node_splits", "config_runtime", "config_inverse")
-TILE_KEY_ORDER = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
-                  "config_runtime_normalizers", "config_inverse")
+LAYOUT_KEY_ORDER = (*LAYOUT_KEYS, "config_inverse")
+TILE_KEY_ORDER = (*TILE_KEYS, "config_inverse")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ read here: ``NpzFile.iter_rows`` streams them.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,23 +17,19 @@ import numpy as np
 
 from .errors import BadInput
 from .io.npz import Member, NpzFile
-
-SPLITS = ("train", "valid", "test")
-COLLECTIONS = (
-    "layout:nlp:default",
-    "layout:nlp:random",
-    "layout:xla:default",
-    "layout:xla:random",
-    "tile:xla",
+from .tpugraphs import (
+    LAYOUT_KEYS,
+    LAYOUT_SLOTS,
+    NODE_FEATURES,
+    SPLITS,
+    TILE_CONFIG_FEATURES,
+    TILE_KEYS,
+    classify,
+    graph_id_of,
+    is_safe_stem,
+    selected,
 )
-LAYOUT_KEYS = ("edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids",
-               "node_splits", "config_runtime")
-TILE_KEYS = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
-             "config_runtime_normalizers")
-NODE_FEATURES = 140
-LAYOUT_SLOTS = 18
-TILE_CONFIG_FEATURES = 24
-SAFE_STEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-]{0,254}")
+
 # sanity bounds far above the real maxima (n 43,615, nc 3,143, c 100,040): a header that claims more
 # is rejected before anything is allocated
 MAX_NODES = 50_000_000
@@ -57,26 +52,6 @@ class InputFile:
     split: str = field(compare=False)
     stem: str = field(compare=False)
     size: int = field(compare=False)
-
-
-def classify(path: Path) -> tuple[str, str, str, str]:
-    """(kind, collection, split, canonical relpath) from a file path; ValueError if it has no such place."""
-    parts = path.parts
-    split = parts[-2] if len(parts) >= 2 else ""
-    if split not in SPLITS:
-        raise ValueError(f"its folder {split!r} is not a split ({', '.join(SPLITS)})")
-    if len(parts) >= 5 and parts[-5] == "layout" and parts[-4] in ("xla", "nlp") and parts[-3] in ("default", "random"):
-        collection = f"layout:{parts[-4]}:{parts[-3]}"
-        return "layout", collection, split, "/".join(parts[-5:])
-    if len(parts) >= 4 and parts[-4] == "tile" and parts[-3] == "xla":
-        return "tile", "tile:xla", split, "/".join(parts[-4:])
-    raise ValueError("the path does not end in tile/xla/<split>/ or layout/<xla|nlp>/<default|random>/<split>/")
-
-
-def selected(collection: str, wanted: Iterable[str] | None) -> bool:
-    if not wanted:
-        return True
-    return any(collection == w or collection.startswith(w.rstrip(":") + ":") for w in wanted)
 
 
 def discover(
@@ -107,18 +82,18 @@ def discover(
                 refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
                 continue
             try:
-                kind, collection, split, relpath = classify(path)
+                kind, collection, split, relpath = classify(path.parts)
             except ValueError as exc:
                 refused.append(BadInput(path, None, f"cannot tell its collection and split: {exc}"))
                 continue
             if not selected(collection, collections) or split not in splits:
                 continue
             stem = name[:-4]
-            if not SAFE_STEM.fullmatch(stem) or stem.endswith("."):
+            if not is_safe_stem(stem):
                 refused.append(BadInput(path, None, f"file name {stem!r} is not a safe graph id "
                                         "(letters, digits and . _ + - only)"))
                 continue
-            found.append(InputFile(f"{collection}:{stem}", relpath, path, kind, collection, split,
+            found.append(InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split,
                                    stem, path.stat().st_size))
     found.sort()
     unique: list[InputFile] = []

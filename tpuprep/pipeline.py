@@ -42,8 +42,9 @@ from typing import Any
 
 import click
 
-from .convert import BuildOptions
 from .errors import UsageError
+from .options import BuildOptions
+from .tpugraphs import SPLITS
 
 
 class PipelineError(UsageError):
@@ -59,7 +60,6 @@ OPTION_RANGES: dict[str, tuple[int, int]] = {
 CLUSTER_TYPES = ("serial", "local", "dask")
 CLUSTER_KEYS = {"type", "workers", "engine", "scheduler", "scheduler_file", "min_workers", "timeout", "retries"}
 SYNTH_KEYS = {"profile", "seed", "collections"}
-SPLIT_NAMES = ("train", "valid", "test")
 
 
 @dataclass(frozen=True)
@@ -266,8 +266,8 @@ def parse_pipeline(text: str, path: str | Path) -> Pipeline:
     src, dst = _path(path, "src", doc["src"]), _path(path, "dst", doc["dst"])
     splits = _str_list(path, "splits", doc.get("splits"))
     for s in splits or ():
-        if s not in SPLIT_NAMES:
-            raise _fail(path, "splits", f"{s!r} is not a split ({', '.join(SPLIT_NAMES)})")
+        if s not in SPLITS:
+            raise _fail(path, "splits", f"{s!r} is not a split ({', '.join(SPLITS)})")
     resume = _typed(path, "resume", doc.get("resume", False), bool)
     overwrite = _typed(path, "overwrite", doc.get("overwrite", False), bool)
     if resume and overwrite:

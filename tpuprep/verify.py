@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadInput
-from .inputs import discover, selected
-from .io.npz import NpzFile, sha256_file
+from .inputs import discover
+from .io.files import sha256_file
+from .io.npz import NpzFile
 from .kernels.base7 import decode_base7
-from .kernels.repad import REPADDED_COLUMNS
 from .shards.reader import Dataset, GraphRecord, open_dataset
-from .shards.writer import sha256_of
+from .tpugraphs import REPADDED_COLUMNS, selected
 
 
 @dataclass
@@ -177,7 +177,7 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
         report.shards_checked += 1
         if not path.exists():
             report.problems.append(f"{shard['path']}: shard is missing")
-        elif path.stat().st_size != shard["bytes"] or sha256_of(path) != shard["sha256"]:
+        elif path.stat().st_size != shard["bytes"] or sha256_file(path) != shard["sha256"]:
             report.problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
     inputs, _ = discover(src, collections, splits)
     listed = {i["path"]: i for i in ds.manifest["inputs"]}

@@ -347,14 +347,3 @@ class NpzFile:
             yield start, chunk
             checkpoint("inflate")
         stream.finish()
-
-
-def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes, read in 4 MiB blocks."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(block):
-            h.update(chunk)
-    return h.hexdigest()

@@ -3,10 +3,9 @@
 from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
-from .repad import REPADDED_COLUMNS, repad_node_feat
+from .repad import repad_node_feat
 
 __all__ = [
-    "REPADDED_COLUMNS",
     "ConfigValueError",
     "DedupResult",
     "Deduplicator",

@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tpugraphs import (
+    COL_CONV_INPUT_SPATIAL,
+    COL_CONV_KERNEL_SPATIAL,
+    COL_LAYOUT,
+    COL_SHAPE_PRODUCT,
+    COL_TUPLE,
+    OPCODE_CONVOLUTION,
+)
 from ._jit import kernel
-
-COL_TUPLE = 18
-COLS_SHAPE_DIMS = slice(21, 27)
-COL_SHAPE_PRODUCT = 28
-COL_CONV_INPUT_SPATIAL = 95
-COL_CONV_KERNEL_SPATIAL = 101
-COL_LAYOUT = 134
-OPCODE_CONVOLUTION = 26
-REPADDED_COLUMNS = np.array([*range(95, 99), *range(101, 105), *range(134, 140)], dtype=np.int64)
-"""The node_feat columns whose zero padding this kernel may turn into −1."""
 
 
 @kernel

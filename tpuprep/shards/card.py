@@ -15,15 +15,16 @@ The YAML is written by a tiny emitter here (no PyYAML needed) and is determinist
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
+from ..io.files import write_text_atomic
+from ..tpugraphs import SPLITS
+from .layout import CARD
 from .schema import table_schema
 from .schema_doc import render_table
 
-SPLIT_ORDER = ("train", "valid", "test")
 HF_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 """tpuprep split (folder and file name) → HuggingFace split name."""
 
@@ -65,7 +66,7 @@ def config_name(collection: str, table: str) -> str:
 
 
 def _splits(coll: dict) -> list[str]:
-    return sorted(coll["splits"], key=lambda s: (SPLIT_ORDER.index(s) if s in SPLIT_ORDER else 99, s))
+    return sorted(coll["splits"], key=lambda s: (SPLITS.index(s) if s in SPLITS else 99, s))
 
 
 def _uncompressed_bytes(root: Path, rel: str) -> int:
@@ -212,6 +213,4 @@ def render_card(manifest: dict, root: Path | None = None) -> str:
 def write_card(dst: Path, manifest: dict) -> None:
     """Write ``<dst>/README.md`` atomically (temporary name, then rename)."""
     dst = Path(dst)
-    tmp = dst / f".README.md.tmp-{os.getpid()}"
-    tmp.write_text(render_card(manifest, dst))
-    os.replace(tmp, dst / "README.md")
+    write_text_atomic(dst / CARD, render_card(manifest, dst))

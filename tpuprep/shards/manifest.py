@@ -7,19 +7,19 @@ statistics merged in graph-id order, so identical builds give identical bytes.
 from __future__ import annotations
 
 import json
-import os
 import platform
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ..convert import FEATURE_STATS_COLUMNS, BuildOptions, unpack_floats
 from ..faults import checkpoint
+from ..io.files import write_json_atomic
+from ..moments import merge_moments
+from ..options import BuildOptions
+from .layout import MANIFEST
 from .schema import SCHEMA_VERSION
 
-MANIFEST = "manifest.json"
-QUARANTINE = "quarantine.jsonl"
 COUNT_FIELDS = ("graphs", "configs", "unique_configs", "nodes_before", "nodes_after",
                 "edges_before", "edges_after", "bytes_in", "bytes_out", "anomalies")
 
@@ -34,45 +34,9 @@ def library_versions() -> dict[str, str]:
             "numba": numba.__version__, "pyarrow": pyarrow.__version__}
 
 
-def write_json_atomic(path: Path, obj, durable: bool = True, indent: int | None = 1) -> None:
-    """Write JSON to a temporary name in the same folder, then rename over ``path``.
-
-    ``durable`` also fsyncs before the rename (the manifest); staging sidecars skip it: after a power
-    loss an unreadable sidecar only means that batch is converted again.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=indent, sort_keys=False, allow_nan=False)
-        fh.write("\n")
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    if path.name == MANIFEST:
-        checkpoint("manifest")
-    os.replace(tmp, path)
-
-
-def merge_moments(parts: Iterable[dict]) -> dict | None:
-    """Merge per-graph (count, mean, M2) moments (Chan et al.) in the given order.
-
-    Returns {"count", "mean" (134,), "std" (134,)} (population std) or None when empty.
-    """
-    count = 0
-    mean = np.zeros(FEATURE_STATS_COLUMNS)
-    m2 = np.zeros(FEATURE_STATS_COLUMNS)
-    for p in parts:
-        nb = p["count"]
-        if nb == 0:
-            continue
-        mb = unpack_floats(p["mean"])
-        delta = mb - mean
-        total = count + nb
-        mean = mean + delta * (nb / total)
-        m2 = m2 + unpack_floats(p["m2"]) + delta**2 * (count * nb / total)
-        count = total
-    if count == 0:
-        return None
-    return {"count": count, "mean": mean.tolist(), "std": np.sqrt(m2 / count).tolist()}
+def write_manifest(dst: Path, manifest: dict) -> None:
+    """Write ``<dst>/manifest.json`` atomically and durably: the last file of a build."""
+    write_json_atomic(Path(dst) / MANIFEST, manifest, before_rename=lambda: checkpoint("manifest"))
 
 
 def _empty_counts() -> dict[str, int]:

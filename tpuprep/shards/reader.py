@@ -18,8 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..convert import graph_fold
 from ..kernels.base7 import decode_base7
+from ..tpugraphs import collection_kind, graph_fold
+from .layout import MANIFEST
 from .manifest import read_manifest
 
 
@@ -93,7 +94,7 @@ class GraphRecord:
 
     @property
     def kind(self) -> str:
-        return self.collection.split(":", 1)[0]
+        return collection_kind(self.collection)
 
     @property
     def num_configs(self) -> int:
@@ -151,7 +152,7 @@ class Dataset:
 
     def __init__(self, root: str | Path, cache_row_groups: int = 4):
         self.root = Path(root)
-        if not (self.root / "manifest.json").is_file():
+        if not (self.root / MANIFEST).is_file():
             raise FileNotFoundError(f"{self.root} has no manifest.json: not a finished tpuprep build "
                                     "(an interrupted build is finished with tpuprep build --resume)")
         self.manifest = read_manifest(self.root)
@@ -219,7 +220,7 @@ class Dataset:
         index = self._index(collection, split)
         rel, rg, row = index.graph_rows[graph_id]
         g = self._row_group(rel, rg)
-        kind = collection.split(":", 1)[0]
+        kind = collection_kind(collection)
         pieces = []
         for crel, crg in index.config_row_groups(graph_id):
             t = self._row_group(crel, crg)

@@ -13,9 +13,6 @@ graph); tile configs and tile graph rows are batched, since tile graphs are tiny
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +24,8 @@ import pyarrow.parquet as pq
 
 from ..convert import ConvertedGraph
 from ..faults import checkpoint
+from ..io.files import atomic_path, place, sha256_file
+from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
@@ -157,18 +156,6 @@ def _writer(path: Path, table: str, compression_level: int) -> pq.ParquetWriter:
     )
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 
 
@@ -203,13 +190,11 @@ def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
 
 def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
     size = 0
-    with ipc.new_file(tmp, schema, options=PART_OPTIONS) as w:
+    with atomic_path(path) as tmp, ipc.new_file(tmp, schema, options=PART_OPTIONS) as w:
         for batch in batches:
             w.write_batch(batch)
             size += batch.nbytes
-    os.replace(tmp, path)
     return size
 
 
@@ -217,8 +202,7 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group
                          compression_level: int) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    with _writer(tmp, f"{kind}_configs", compression_level) as w:
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
         if kind == "layout":  # row groups never span two graphs
             for g in graphs:
                 t = config_table(g)
@@ -226,21 +210,19 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
-    os.replace(tmp, path)
 
 
 def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int,
                 compression_level: int) -> PartFiles:
     """Write the part files of a batch of converted graphs (same kind, collection and split)."""
     kind = graphs[0].inp.kind
-    folder = "parts/" + graphs[0].inp.relpath.rsplit("/", 1)[0]
-    rel_g, rel_c = f"{folder}/{name}.graphs.arrow", f"{folder}/{name}.configs.parquet"
+    rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
     _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
     batches = (b for g in graphs for b in graph_table(g).to_batches())
     graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
     meta = pq.ParquetFile(staging / rel_c).metadata
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
-                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_of(staging / rel_c))
+                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_file(staging / rel_c))
 
 
 @dataclass
@@ -294,18 +276,6 @@ def _part_batches(staging: Path, rel: str) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([reader.get_batch(i)])
 
 
-def _place(src: Path, path: Path) -> None:
-    """Put ``src`` at ``path`` atomically, keeping ``src`` (a hard link; a copy across filesystems),
-    so that a crash during the merge never loses a finished part."""
-    tmp = _tmp(path)
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, path)
-
-
 def merge_parts(
     kind: str,
     collection: str,
@@ -323,13 +293,11 @@ def merge_parts(
     ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
     (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile.
     """
-    coll_dir = dst.joinpath(*collection.split(":"))
     infos: list[ShardInfo] = []
-    out_dir = coll_dir / "configs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     for i, p in enumerate(parts):
-        path = out_dir / f"{split}-{i:05d}-of-{len(parts):05d}.parquet"
-        _place(staging / p.configs, path)
+        path = dst / shard_relpath(collection, "configs", split, i, len(parts))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        place(staging / p.configs, path)
         checkpoint("shard")
         infos.append(ShardInfo(
             path=path.relative_to(dst).as_posix(), table=f"{kind}_configs", collection=collection, split=split,
@@ -338,27 +306,24 @@ def merge_parts(
         ))
     table = f"{kind}_graphs"
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
-    out_dir = coll_dir / "graphs"
-    out_dir.mkdir(parents=True, exist_ok=True)
     for i, members in enumerate(plan):
-        path = out_dir / f"{split}-{i:05d}-of-{len(plan):05d}.parquet"
-        tmp = _tmp(path)
+        path = dst / shard_relpath(collection, "graphs", split, i, len(plan))
+        path.parent.mkdir(parents=True, exist_ok=True)
         rows = 0
         chosen = [parts[j] for j in members]
-        with _writer(tmp, table, compression_level) as w:
+        with atomic_path(path) as tmp, _writer(tmp, table, compression_level) as w:
             pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
             if kind == "tile":
                 pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
             for t in pieces:
                 w.write_table(t, row_group_size=max(t.num_rows, 1))
                 rows += t.num_rows
-        os.replace(tmp, path)
         checkpoint("shard")
         meta = pq.ParquetFile(path).metadata
         infos.append(ShardInfo(
             path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
             rows=rows, row_groups=meta.num_row_groups, bytes=path.stat().st_size,
-            sha256=sha256_of(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
+            sha256=sha256_file(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
         ))
     return infos
 

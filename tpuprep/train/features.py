@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.repad import OPCODE_CONVOLUTION
+from ..tpugraphs import OPCODE_CONVOLUTION, OPCODE_DOT
 from .kernels import csr_spmm_batched
 
 N_NUM = 134
@@ -40,7 +40,6 @@ N_OPCODES = 128  # ids 0..120 in the data; anything else maps to 0 ("unknown")
 N_SLOTS = 18
 N_TILE_FEAT = 24
 N_DERIVED = 8
-OPCODE_DOT = 34  # HLO dot (TPUGRAPHS.md §6)
 CLIP = 10.0
 
 

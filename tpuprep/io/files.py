@@ -1,0 +1,94 @@
+"""Writing files so that a reader never sees half of one, placing finished files, hashing them.
+
+Every file tpuprep writes goes to a temporary dot-name in its destination folder and is renamed over
+the final name when complete (``os.replace`` is atomic on POSIX filesystems), so a crash leaves either
+the old file, the new one, or a temporary that ``TEMPORARY`` recognises and a later run removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+TEMPORARY = re.compile(r"\..+\.tmp(-\d+)?")
+"""Names of the temporaries that ``atomic_path`` uses (what a killed writer may leave behind)."""
+
+
+def temporary_path(path: Path) -> Path:
+    """The temporary name beside ``path`` for this process: ``.<name>.tmp-<pid>``."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: str | Path, *, durable: bool = False,
+                before_rename: Callable[[], None] | None = None) -> Iterator[Path]:
+    """Yield a temporary path to write; on success rename it over ``path`` (after an fsync when
+    ``durable``, after ``before_rename()`` when given); on failure remove it and re-raise."""
+    path = Path(path)
+    tmp = temporary_path(path)
+    try:
+        yield tmp
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", *, durable: bool = False, **kwargs: Any) -> Iterator[IO]:
+    """``open()`` a temporary beside ``path``; renamed over ``path`` when the block ends without error."""
+    with atomic_path(path, durable=durable) as tmp, open(tmp, mode, **kwargs) as fh:
+        yield fh
+
+
+def write_text_atomic(path: str | Path, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_open(path, "w", durable=durable, encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, durable: bool = True, indent: int | None = 1,
+                      before_rename: Callable[[], None] | None = None) -> None:
+    """Write ``obj`` as JSON (keys in insertion order, no NaN, trailing newline) to ``path`` atomically.
+
+    ``durable`` fsyncs before the rename (the manifest); staging sidecars skip it: after a power loss an
+    unreadable sidecar only means that batch is converted again.
+    """
+    with atomic_path(path, durable=durable, before_rename=before_rename) as tmp, open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=indent, sort_keys=False, allow_nan=False)
+        fh.write("\n")
+
+
+def place(src: str | Path, path: str | Path) -> None:
+    """Put a copy of the finished file ``src`` at ``path`` atomically, keeping ``src`` (a hard link; a
+    copy across filesystems), so that a crash while placing never loses ``src``."""
+    with atomic_path(path) as tmp:
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+
+
+def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes, read in ``block``-byte steps."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(block):
+            h.update(chunk)
+    return h.hexdigest()
