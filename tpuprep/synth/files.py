@@ -14,7 +14,7 @@ from .configs import LayoutPlan, plan_layout
 from .constants import COLLECTIONS, MAX_CONFIGS, SPLITS
 from .graph import SynthGraph
 from .names import layout_family, program_vocabulary
-from .profiles import PROFILES, Profile
+from .profiles import Profile, resolve_profile
 from .programs import build_program
 from .seeding import hex32, keyed_rng, loguniform, signed_hex64
 from .tile import TILE_KIND_P, TILE_KINDS, build_tile_graph
@@ -70,7 +70,7 @@ def _family_names(profile: Profile, seed: int, family: str) -> dict[str, list[st
 
 def file_plan(profile: Profile | str, seed: int = 0) -> list[FileSpec]:
     """Every file of a profile, in generation order (collections, splits, index)."""
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    prof = resolve_profile(profile)
     specs: list[FileSpec] = []
     names = {fam: _family_names(prof, seed, fam) for fam in ("xla", "nlp")}
     for collection in COLLECTIONS:
@@ -104,7 +104,7 @@ def layout_graph_for(
 ) -> tuple[SynthGraph, LayoutPlan, int]:
     """(graph, config plan, target n) of a layout file slot; the graph is identical in default and
     random (same program), the plan too (the collections differ only in how configs are drawn)."""
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    prof = resolve_profile(profile)
     family, _ = layout_family(spec.collection)
     grng = keyed_rng(seed, "graph", family, spec.split, spec.index)
     lo, hi = prof.xla_nodes if family == "xla" else prof.nlp_nodes
@@ -158,7 +158,7 @@ def draw_layout_config_count(spec: FileSpec, prof: Profile, rng: np.random.Gener
 
 def layout_config_count(spec: FileSpec, profile: Profile | str, seed: int = 0) -> int:
     """The number of configs c a layout file of the plan gets (without writing it)."""
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    prof = resolve_profile(profile)
     return draw_layout_config_count(
         spec, prof, keyed_rng(seed, "configs", spec.collection, spec.split, spec.index)
     )
@@ -166,7 +166,7 @@ def layout_config_count(spec: FileSpec, profile: Profile | str, seed: int = 0) -
 
 def tile_graph_for(spec: FileSpec, profile: Profile | str, seed: int = 0) -> SynthGraph:
     """The kernel graph of a tile file of the plan."""
-    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    prof = resolve_profile(profile)
     return build_tile_graph(
         keyed_rng(seed, "tile", spec.split, spec.index), prof.tile_nodes, spec.kind
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .constants import ET_BYTES, TUPLE_T
+from .constants import COL_CONV, COL_FGC, COL_WINDOW, ET_BYTES, TUPLE_T
 
 
 @dataclass(frozen=True)
@@ -145,3 +145,14 @@ def same_window(size_in: Sequence[int], k: int, s: int) -> tuple[list[int], Wind
     ones = (1,) * nsp
     window = Window((k,) * nsp, (s,) * nsp, tuple(lo), tuple(hi), ones, ones, (False,) * nsp)
     return outs, window
+
+
+def conv_feats(dn: tuple, window: Window) -> dict[int, list[float]]:
+    """node_feat values of a convolution (column -> consecutive values): its window (cols 37–92),
+    dimension numbers ``dn`` as from ``conv_dn`` (cols 93–106) and feature/batch group counts 1."""
+    in_b, in_f, in_sp, k_i, k_o, k_sp, out_b, out_f, _ = dn
+    return {
+        COL_WINDOW: window.features(),
+        COL_CONV: [in_b, in_f, *_pad4(in_sp), k_i, k_o, *_pad4(k_sp), out_b, out_f],
+        COL_FGC: [1, 1],
+    }

@@ -17,13 +17,11 @@ from .constants import (
     AFTER_ALL,
     ALL_REDUCE,
     BROADCAST,
-    COL_CONV,
     COL_DIMENSIONS,
     COL_DIMS,
     COL_DIMS_PROD,
     COL_DIMS_SUM,
     COL_DYN_SLICE,
-    COL_FGC,
     COL_IS_ROOT,
     COL_LAYOUT,
     COL_PAD,
@@ -66,7 +64,7 @@ from .constants import (
     UNSET,
     WHILE,
 )
-from .graph import ConfigurableNode, Shape, SynthGraph, Window, _pad4, aggregate
+from .graph import ConfigurableNode, Shape, SynthGraph, Window, aggregate, conv_feats
 
 
 def _vec(out: Sequence[int] = (), in0: Sequence[int] = (), in1: Sequence[int] = ()) -> np.ndarray:
@@ -460,12 +458,8 @@ class HloBuilder:
 
     def conv(self, x: int, w: int, dims: Sequence[int], dn: tuple, window: Window) -> int:
         """Convolution; dn = (in_b, in_f, in_sp, k_i, k_o, k_sp, out_b, out_f, kind)."""
-        in_b, in_f, in_sp, k_i, k_o, k_sp, out_b, out_f, kind = dn
-        feats = {
-            COL_WINDOW: window.features(),
-            COL_CONV: [in_b, in_f, *_pad4(in_sp), k_i, k_o, *_pad4(k_sp), out_b, out_f],
-            COL_FGC: [1, 1],
-        }
+        in_b, in_f, _, k_i, k_o, _, out_b, out_f, kind = dn
+        feats = conv_feats(dn, window)
         out = self.add(CONVOLUTION, self.shape[x].with_dims(dims), (x, w), feats=feats)
         outs = _pair_options(out_b, out_f, self.layout[out])
         ins = _pair_options(in_b, in_f, self.layout[x])

@@ -48,6 +48,11 @@ def _layout_counts(xla: tuple[int, int, int], nlp: tuple[int, int, int]) -> dict
     }
 
 
+def resolve_profile(profile: Profile | str) -> Profile:
+    """A profile given by name (a key of ``PROFILES``) or as a ``Profile``."""
+    return PROFILES[profile] if isinstance(profile, str) else profile
+
+
 PROFILES: dict[str, Profile] = {
     "tiny": Profile(
         name="tiny",

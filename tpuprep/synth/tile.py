@@ -14,10 +14,7 @@ from .constants import (
     ADD,
     BF16,
     BROADCAST,
-    COL_CONV,
     COL_DIMENSIONS,
-    COL_FGC,
-    COL_WINDOW,
     COMPARE,
     CONVERT,
     CONVOLUTION,
@@ -40,7 +37,7 @@ from .constants import (
     TANH,
     TUPLE_T,
 )
-from .graph import Shape, SynthGraph, _pad4, conv_dn, same_window
+from .graph import Shape, SynthGraph, conv_dn, conv_feats, same_window
 from .hlo import HloBuilder
 from .seeding import loguniform
 
@@ -199,12 +196,7 @@ def build_tile_graph(
             x = b.param(Shape(et, (dims[0], dims[1], dims[2], cin)))
             w = b.param(Shape(et, kernel_dims))
             _, window = same_window(dims[1:3], k, 1)
-            dn = conv_dn(4, "fwd")
-            feats = {
-                COL_WINDOW: window.features(),
-                COL_CONV: [dn[0], dn[1], *_pad4(dn[2]), dn[3], dn[4], *_pad4(dn[5]), dn[6], dn[7]],
-                COL_FGC: [1, 1],
-            }
+            feats = conv_feats(conv_dn(4, "fwd"), window)
             start = [b.add(CONVOLUTION, Shape(et, dims), (x, w), feats=feats)]
             inner = [b.shape[x], b.shape[w]]
         else:
