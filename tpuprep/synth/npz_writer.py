@@ -12,6 +12,7 @@ import os
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,22 @@ def _npy_header(fid, shape: tuple[int, ...], dtype: np.dtype) -> None:
         np.lib.format.write_array_header_2_0(fid, header)
 
 
+@contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary sibling ``<name>.part`` to write instead of ``path``: renamed onto ``path`` when
+    the block succeeds, removed when it fails (parents are created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _write_member(zf: zipfile.ZipFile, name: str, value: np.ndarray | StreamedArray) -> None:
+    """Write one ``<name>.npy`` entry: plain arrays as ``np.savez_compressed`` does, streamed ones
+    header first, then chunk by chunk (each checked against the declared shape)."""
     with zf.open(name + ".npy", "w", force_zip64=True) as fid:
         if isinstance(value, np.ndarray):
             np.lib.format.write_array(fid, value, allow_pickle=False)
@@ -70,28 +86,20 @@ def write_npz(path: str | Path, members: Sequence[tuple[str, np.ndarray | Stream
     deterministic. The file appears atomically (written under a temporary name, then renamed).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    try:
-        with zipfile.ZipFile(
-            tmp, mode="w", compression=zipfile.ZIP_DEFLATED, allowZip64=True
-        ) as zf:
-            for name, value in members:
-                _write_member(zf, name, value)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with (
+        _atomic(path) as tmp,
+        zipfile.ZipFile(tmp, mode="w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf,
+    ):
+        for name, value in members:
+            _write_member(zf, name, value)
     return path.stat().st_size
 
 
-def write_npy(path: Path, array: np.ndarray) -> int:
+def write_npy(path: str | Path, array: np.ndarray) -> int:
     """Write one .npy file atomically (the truth side files); returns its size in bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb") as fh:
+    path = Path(path)
+    with _atomic(path) as tmp, open(tmp, "wb") as fh:
         np.lib.format.write_array(fh, array, allow_pickle=False)
-    os.replace(tmp, path)
     return path.stat().st_size
 
 
