@@ -184,6 +184,18 @@ def test_streamed_member_round_trip(tmp_path: Path) -> None:
     assert not (tmp_path / "bad.npz").exists() and not list(tmp_path.glob("*.part"))
 
 
+def test_failed_truth_write_leaves_nothing_behind(tmp_path: Path) -> None:
+    """write_npy (truth side files) is atomic like write_npz: a failed write leaves no .part file."""
+    from tpuprep.synth.npz_writer import write_npy
+
+    target = tmp_path / "truth" / "t.npy"
+    assert write_npy(target, np.arange(4.0)) == target.stat().st_size
+    np.testing.assert_array_equal(np.load(target), np.arange(4.0))
+    with pytest.raises(ValueError, match="pickle"):
+        write_npy(tmp_path / "truth" / "bad.npy", np.array([object()]))
+    assert sorted(p.name for p in (tmp_path / "truth").iterdir()) == ["t.npy"]
+
+
 def test_deterministic_and_order_independent(tiny, tmp_path: Path) -> None:
     root, summary, _ = tiny
     again = synth.synthesize(tmp_path / "again", "tiny", 0)

@@ -1,0 +1,122 @@
+"""Profiles and calibration targets: how many files of which sizes a synthetic tree has
+(``Profile``, ``PROFILES``), ``resolve_profile``, and the per-collection targets the layout
+config sampler aims at (duplicate-row shares, non-modal output rates; STATS.md / TPUGRAPHS.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .constants import MAX_CONFIGS
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one synthetic tree.
+
+    counts: collection id -> (train, valid, test) file counts. Ranges are (low, high) and drawn
+    log-uniformly per file: ``xla_nodes`` / ``nlp_nodes`` target node counts n of layout graphs,
+    ``layout_configs`` configs c of layout train/valid files, ``tile_nodes`` / ``tile_configs`` the same
+    for tile kernels. ``test_configs`` is c of every layout test file; ``test_configs_1001`` lists
+    (collection, index) test files that get one more config (the published set has two such files).
+    ``max_config_share``: share of layout train/valid files whose c is pinned to ``MAX_CONFIGS``.
+    ``big``: (collection, split, index, nc_min) of the single layout graph written at c = MAX_CONFIGS
+    with at least nc_min configurable nodes (bench). ``isolated_every``: every k-th layout program
+    (by slot index) carries one isolated configurable node (0 = never).
+    """
+
+    name: str
+    counts: dict[str, tuple[int, int, int]]
+    xla_nodes: tuple[int, int]
+    nlp_nodes: tuple[int, int]
+    layout_configs: tuple[int, int]
+    test_configs: int
+    tile_nodes: tuple[int, int]
+    tile_configs: tuple[int, int]
+    max_config_share: float = 0.0
+    test_configs_1001: tuple[tuple[str, int], ...] = ()
+    big: tuple[str, str, int, int] | None = None
+    isolated_every: int = 5
+
+
+def _layout_counts(xla: tuple[int, int, int], nlp: tuple[int, int, int]) -> dict:
+    return {
+        "layout:xla:default": xla,
+        "layout:xla:random": xla,
+        "layout:nlp:default": nlp,
+        "layout:nlp:random": nlp,
+    }
+
+
+def resolve_profile(profile: Profile | str) -> Profile:
+    """A profile given by name (a key of ``PROFILES``) or as a ``Profile``."""
+    return PROFILES[profile] if isinstance(profile, str) else profile
+
+
+PROFILES: dict[str, Profile] = {
+    "tiny": Profile(
+        name="tiny",
+        counts={"tile:xla": (3, 2, 2), **_layout_counts((2, 1, 1), (2, 1, 1))},
+        xla_nodes=(120, 240),
+        nlp_nodes=(120, 220),
+        layout_configs=(120, 300),
+        test_configs=100,
+        tile_nodes=(2, 40),
+        tile_configs=(2, 60),
+        isolated_every=2,
+    ),
+    "small": Profile(
+        name="small",
+        counts={"tile:xla": (200, 40, 40), **_layout_counts((12, 3, 2), (12, 3, 2))},
+        xla_nodes=(300, 2000),
+        nlp_nodes=(300, 2000),
+        layout_configs=(300, 3000),
+        test_configs=1000,
+        tile_nodes=(2, 80),
+        tile_configs=(2, 600),
+    ),
+    "bench": Profile(
+        name="bench",
+        counts={"tile:xla": (400, 60, 60), **_layout_counts((4, 1, 1), (4, 1, 1))},
+        xla_nodes=(1000, 9000),
+        nlp_nodes=(1000, 7000),
+        layout_configs=(2000, 12000),
+        test_configs=1000,
+        tile_nodes=(2, 100),
+        tile_configs=(2, 3000),
+        big=("layout:xla:random", "train", 0, 350),
+    ),
+    "full": Profile(
+        name="full",
+        counts={
+            "tile:xla": (5709, 676, 844),
+            "layout:xla:random": (69, 7, 8),
+            "layout:xla:default": (61, 7, 8),
+            "layout:nlp:random": (207, 20, 17),
+            "layout:nlp:default": (198, 20, 17),
+        },
+        xla_nodes=(400, 43_615),
+        nlp_nodes=(400, 21_919),
+        layout_configs=(1000, MAX_CONFIGS),
+        test_configs=1000,
+        tile_nodes=(2, 120),
+        tile_configs=(2, 7000),
+        max_config_share=0.3,
+        test_configs_1001=(("layout:xla:random", 3), ("layout:nlp:default", 5)),
+    ),
+}
+
+
+DUP_TARGET = {
+    "layout:xla:default": 0.44,
+    "layout:xla:random": 0.30,
+    "layout:nlp:default": 0.0006,
+    "layout:nlp:random": 0.0006,
+}
+"""Share of duplicate node_config_feat rows per layout collection (STATS.md §3, TPUGRAPHS.md §2)."""
+DUP_SPREAD = {"xla": 0.05, "nlp": 0.0}
+"""Standard deviation of a file's own duplicate share around its collection target."""
+NONMODAL_ROWS_DEFAULT = (0.62, 0.28, 0.08, 0.02)
+"""P(0, 1, 2, 3 conv/dot groups take a non-modal output layout in a row), 'default' collections."""
+NONMODAL_P_RANDOM = (0.12, 0.40)
+"""Per-group probability range of a non-modal output layout in 'random' collections."""
