@@ -21,7 +21,6 @@ from reference import (
 )
 
 from tpuprep.kernels import (
-    REPADDED_COLUMNS,
     Deduplicator,
     decode_base7,
     dedup_rows,
@@ -32,6 +31,7 @@ from tpuprep.kernels import (
     remap_node_splits,
     repad_node_feat,
 )
+from tpuprep.tpugraphs import REPADDED_COLUMNS
 
 REAL = (Path(__file__).resolve().parent.parent / ".." / "shared" / "real").resolve()
 MAIN = "npz/layout/xla/default/train/main__.10904.npz"

@@ -24,7 +24,6 @@ from reference import (
 )
 
 from tpuprep.kernels import (
-    REPADDED_COLUMNS,
     ConfigValueError,
     Deduplicator,
     decode_base7,
@@ -38,6 +37,7 @@ from tpuprep.kernels import (
     repad_node_feat,
 )
 from tpuprep.kernels.prune import hop_distance
+from tpuprep.tpugraphs import REPADDED_COLUMNS
 
 # --------------------------------------------------------------------------------------------------
 # Pruning (§2.1)

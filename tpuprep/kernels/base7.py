@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jit import kernel
+from .jit import kernel
 
 SLOTS = 18
 BLOCKS = 3

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._jit import kernel
+from .jit import kernel
 
 _EMPTY = -1
 

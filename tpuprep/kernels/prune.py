@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._jit import kernel
+from .jit import kernel
 
 
 class PrunedGraph(NamedTuple):

@@ -28,7 +28,7 @@ from ..tpugraphs import (
     COL_TUPLE,
     OPCODE_CONVOLUTION,
 )
-from ._jit import kernel
+from .jit import kernel
 
 
 @kernel

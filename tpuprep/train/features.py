@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import encode_base7
 from ..tpugraphs import OPCODE_CONVOLUTION, OPCODE_DOT
 from .kernels import csr_spmm_batched
 
@@ -404,7 +405,6 @@ def config_summary(pg: PreparedGraph, feats: np.ndarray, violation: np.ndarray) 
 
 MODAL_SAMPLE = 4096
 """Unique configs looked at to find each node's modal output block (evenly spaced over the graph's)."""
-POW7 = 7 ** np.arange(6, dtype=np.int64)
 
 
 def modal_output_codes(record: Any) -> np.ndarray:
@@ -461,7 +461,7 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
     feats[:, :, 3] = (inp[:, :, 0] != m0) & (inp[:, :, 0] >= 0) & (m0 >= 0)
     feats[:, :, 4] = is_default
     feats[:, :, 5] = (m0 != default[None, :, 0]) & (m0 >= 0)
-    out_code = ((v[:, :, 0:6] + 1) * POW7).sum(axis=2)
+    out_code = encode_base7(v)[:, :, 0]  # the output block as one base-7 code, like cfg_modal
     feats[:, :, 6] = out_code != pg.cfg_modal[None]
     feats[:, :, 7] = feats[:, :, 6] * pg.cfg_cost[None]
     counted = (rank[None] >= 2) & (m0 >= 0)

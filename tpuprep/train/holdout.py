@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..shards.reader import GraphRecord
+from .. import GraphRecord
 
 TRAIN_SUFFIX, HOLDOUT_SUFFIX = "@train", "@holdout"
 

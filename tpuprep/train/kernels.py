@@ -6,7 +6,7 @@ results are bit-for-bit reproducible run to run.
 
 from __future__ import annotations
 
-from ._jit import kernel
+from ..kernels.jit import kernel
 
 
 @kernel

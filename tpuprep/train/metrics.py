@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._jit import kernel
+from ..kernels.jit import kernel
 
 __all__ = [
     "PairCounts",
