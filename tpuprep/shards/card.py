@@ -15,23 +15,20 @@ The YAML is written by a tiny emitter here (no PyYAML needed) and is determinist
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ..io.files import write_text_atomic
 from ..tpugraphs import SPLITS
 from .layout import CARD
-from .schema import table_schema
+from .schema import split_type, table_schema
 from .schema_doc import render_table
 
 HF_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 """tpuprep split (folder and file name) → HuggingFace split name."""
 
-_LIST = re.compile(r"list<(.+)>")
-_FIXED = re.compile(r"fixed_size_list<(.+),\s*(\d+)>")
-_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./*-]*")
-_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 
 # --------------------------------------------------------------------------- features
@@ -39,12 +36,12 @@ _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 def _hf_inner(text: str) -> Any:
     """The YAML form of a nested HF feature (``"int32"``, ``{"list": ..., "length": n}``)."""
-    text = text.strip()
-    if m := _FIXED.fullmatch(text):
-        return {"list": _hf_inner(m.group(1)), "length": int(m.group(2))}
-    if m := _LIST.fullmatch(text):
-        return {"list": _hf_inner(m.group(1))}
-    return text
+    kind, inner, size = split_type(text)
+    if kind == "fixed":
+        return {"list": _hf_inner(inner), "length": size}
+    if kind == "list":
+        return {"list": _hf_inner(inner)}
+    return inner
 
 
 def hf_feature(name: str, type_text: str) -> dict[str, Any]:
@@ -99,7 +96,7 @@ def hf_metadata(manifest: dict, root: Path | None = None) -> dict[str, Any]:
         for table in ("graphs", "configs"):
             splits = _splits(coll)
             name = config_name(cid, table)
-            configs.append({"config_name": name, "data_files": [
+            configs.append({"config_name": name, **({"default": True} if not configs else {}), "data_files": [
                 {"split": HF_SPLITS.get(s, s), "path": f"{coll['path']}/{table}/{s}-*.parquet"} for s in splits]})
             split_info = [{"name": HF_SPLITS.get(s, s), "num_bytes": data_bytes.get((cid, table, s), 0),
                            "num_examples": rows.get((cid, table, s), 0)} for s in splits]
@@ -107,44 +104,6 @@ def hf_metadata(manifest: dict, root: Path | None = None) -> dict[str, Any]:
                           "splits": split_info, "download_size": files.get((cid, table), 0),
                           "dataset_size": sum(s["num_bytes"] for s in split_info)})
     return {"configs": configs, "dataset_info": infos}
-
-
-# --------------------------------------------------------------------------- YAML
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
-        return text
-    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
-
-
-def to_yaml(value: Any, indent: int = 0) -> list[str]:
-    """Block-style YAML lines of nested dicts, lists and scalars (keys are plain words)."""
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, dict | list) and item:
-                lines.append(f"{pad}{key}:")
-                lines += to_yaml(item, indent + (0 if isinstance(item, list) else 2))
-            else:
-                lines.append(f"{pad}{key}: {_scalar(item) if not isinstance(item, dict | list) else '[]'}")
-    elif isinstance(value, list):
-        for item in value:
-            sub = to_yaml(item, indent + 2)
-            if isinstance(item, dict | list) and sub:
-                lines.append(f"{pad}- {sub[0].lstrip()}")
-                lines += sub[1:]
-            else:
-                lines.append(f"{pad}- {_scalar(item)}")
-    else:
-        lines.append(f"{pad}{_scalar(value)}")
-    return lines
 
 
 def _size_category(n: int) -> str:
@@ -171,7 +130,8 @@ def render_card(manifest: dict, root: Path | None = None) -> str:
         "size_categories": [_size_category(total_rows)],
         **meta,
     }
-    lines = ["---", *to_yaml(front), "---", "",
+    front_matter = yaml.safe_dump(front, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000)
+    lines = ["---", front_matter.rstrip("\n"), "---", "",
              "# TpuGraphs, preprocessed by tpuprep", "",
              f"Schema version {manifest['schema_version']}, built by tpuprep {manifest['versions']['tpuprep']} "
              f"with options `{json.dumps(manifest['options'], sort_keys=True)}`. "
@@ -191,7 +151,8 @@ def render_card(manifest: dict, root: Path | None = None) -> str:
         "Each (collection, table) is a config named `<collection with _>_<graphs|configs>`, e.g. "
         f"`{example}`. Split names follow the HuggingFace convention: the TpuGraphs split `valid` "
         "(file names `valid-*.parquet`, the `split` column) is the split `validation` here; `train` and "
-        "`test` keep their names. Test graphs have null runtimes.", "",
+        "`test` keep their names. Test graphs have null runtimes. "
+        f"`load_dataset` without a config name loads the default config, `{example}`.", "",
         "## Loading", "",
         f"- HuggingFace: `datasets.load_dataset(\"<this folder or repo>\", \"{example}\", split=\"train\")` "
         "(`datasets` ≥ 4). Its NumPy format upcasts integer lists to int64 (cast back with the features) and "

@@ -29,17 +29,30 @@ _PRIMITIVES = {
 _ENCODINGS = {"delta": "DELTA_BINARY_PACKED", "byte_stream_split": "BYTE_STREAM_SPLIT", "plain": "PLAIN"}
 
 
+_LIST = re.compile(r"list<(.+)>")
+_FIXED = re.compile(r"fixed_size_list<(.+),\s*(\d+)>")
+
+
+def split_type(text: str) -> tuple[str, str, int | None]:
+    """One level of a schema type string: (``"fixed"`` | ``"list"`` | ``"primitive"``, inner type,
+    fixed size or None). ``list<fixed_size_list<int32, 3>>`` → ("list", "fixed_size_list<int32, 3>", None)."""
+    text = text.strip()
+    if m := _FIXED.fullmatch(text):
+        return "fixed", m.group(1).strip(), int(m.group(2))
+    if m := _LIST.fullmatch(text):
+        return "list", m.group(1).strip(), None
+    return "primitive", text, None
+
+
 def parse_type(text: str) -> pa.DataType:
     """Parse a type string of the schema files into an Arrow type."""
-    text = text.strip()
-    if text in _PRIMITIVES:
-        return _PRIMITIVES[text]
-    m = re.fullmatch(r"list<(.+)>", text)
-    if m:
-        return pa.list_(parse_type(m.group(1)))
-    m = re.fullmatch(r"fixed_size_list<(.+),\s*(\d+)>", text)
-    if m:
-        return pa.list_(parse_type(m.group(1)), int(m.group(2)))
+    kind, inner, size = split_type(text)
+    if kind == "fixed":
+        return pa.list_(parse_type(inner), size)
+    if kind == "list":
+        return pa.list_(parse_type(inner))
+    if inner in _PRIMITIVES:
+        return _PRIMITIVES[inner]
     raise ValueError(f"unknown type {text!r} in a schema file")
 
 
