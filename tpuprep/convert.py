@@ -22,7 +22,11 @@ from .tpugraphs import graph_fold
 
 @dataclass
 class ConvertedGraph:
-    """Everything the shards hold for one graph (see schemas/*.json for the meaning of each array)."""
+    """Everything the shards hold for one graph (see schemas/*.json for the meaning of each array).
+
+    Array fields share their names, shapes and dtypes with ``tpuprep.GraphRecord``, the reader's view of
+    the same graph: what the build writes is what ``load_graph`` returns.
+    """
 
     inp: InputFile
     sha256: str
@@ -35,16 +39,16 @@ class ConvertedGraph:
     edge_index: np.ndarray  # (m', 2) int32
     num_repad_anomalies: int
     config_inverse: np.ndarray  # (c,) int32
-    runtime_original: np.ndarray | None  # (c,) int64, None on test
+    config_runtime_original: np.ndarray | None  # (c,) int64, None on test
     group_size: np.ndarray  # (c_u,) int32
     first_index: np.ndarray  # (c_u,) int32
-    runtime: np.ndarray | None  # (c_u,) int64, None on test
+    config_runtime: np.ndarray | None  # (c_u,) int64, None on test
     node_config_ids: np.ndarray | None = None  # (nc,) int32, layout
     node_splits: np.ndarray | None = None  # (s,) int32, layout
-    codes: np.ndarray | None = None  # (c_u, nc, 3) int32, layout
+    config_codes: np.ndarray | None = None  # (c_u, nc, 3) int32, layout
     config_feat: np.ndarray | None = None  # (c_u, 24) float32, tile
-    normalizer: np.ndarray | None = None  # (c_u,) int64, tile, None on test
-    normalizer_original: np.ndarray | None = None  # (c,) int64, tile, None on test
+    config_runtime_normalizers: np.ndarray | None = None  # (c_u,) int64, tile, None on test
+    config_runtime_normalizers_original: np.ndarray | None = None  # (c,) int64, tile, None on test
     warnings: tuple[str, ...] = ()
 
     @property
@@ -126,21 +130,22 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str) -> ConvertedGr
             codes = result.keys.reshape(-1, nc, 3)
             extra = dict(node_config_ids=kept.node_config_ids,
                          node_splits=kernels.remap_node_splits(g.node_splits, kept.node_index),
-                         codes=codes)
+                         config_codes=codes)
         else:
             normalizer = g.config_runtime_normalizers if labelled else None
             dedup = collector_type(c, 24, with_runtime=labelled, with_normalizer=labelled)
             dedup.add(kernels.float_keys(g.config_feat), runtime, normalizer)
             result = dedup.finish()
             extra = dict(config_feat=np.ascontiguousarray(result.keys).view(np.float32),
-                         normalizer=result.normalizer, normalizer_original=normalizer)
+                         config_runtime_normalizers=result.normalizer,
+                         config_runtime_normalizers_original=normalizer)
 
     return ConvertedGraph(
         inp=inp, sha256=sha256, fold=graph_fold(inp.graph_id, opts.folds),
         num_nodes_original=n, num_edges_original=m,
         node_index=kept.node_index, node_feat=node_feat, node_opcode=node_opcode,
         edge_index=kept.edge_index, num_repad_anomalies=anomalies,
-        config_inverse=result.inverse, runtime_original=runtime,
-        group_size=result.group_size, first_index=result.first_index, runtime=result.runtime,
+        config_inverse=result.inverse, config_runtime_original=runtime,
+        group_size=result.group_size, first_index=result.first_index, config_runtime=result.runtime,
         warnings=tuple(g.warnings), **extra,
     )

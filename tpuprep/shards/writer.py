@@ -104,13 +104,13 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
     arrays = {
         "node_index": g.node_index, "node_feat": g.node_feat, "node_opcode": g.node_opcode,
         "edge_index": g.edge_index, "config_inverse": g.config_inverse,
-        "config_runtime_original": g.runtime_original,
+        "config_runtime_original": g.config_runtime_original,
     }
     if kind == "layout":
         scalars["num_config_nodes"] = len(g.node_config_ids)
         arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits}
     else:
-        arrays["config_runtime_normalizers_original"] = g.normalizer_original
+        arrays["config_runtime_normalizers_original"] = g.config_runtime_normalizers_original
     columns = []
     for field in schema:
         if field.name in scalars:
@@ -128,14 +128,15 @@ def config_table(g: ConvertedGraph) -> pa.Table:
     columns = {
         "graph_id": repeated_string(g.inp.graph_id, u),
         "config_id": pa.array(np.arange(u, dtype=np.int32)),
-        "runtime": pa.nulls(u, pa.int64()) if g.runtime is None else pa.array(g.runtime, pa.int64()),
+        "runtime": pa.nulls(u, pa.int64()) if g.config_runtime is None else pa.array(g.config_runtime, pa.int64()),
         "group_size": pa.array(g.group_size, pa.int32()),
         "first_index": pa.array(g.first_index, pa.int32()),
     }
     if kind == "layout":
-        columns["codes"] = fixed_width_binary(g.codes.reshape(u, -1))
+        columns["codes"] = fixed_width_binary(g.config_codes.reshape(u, -1))
     else:
-        columns["normalizer"] = pa.nulls(u, pa.int64()) if g.normalizer is None else pa.array(g.normalizer, pa.int64())
+        normalizers = g.config_runtime_normalizers
+        columns["normalizer"] = pa.nulls(u, pa.int64()) if normalizers is None else pa.array(normalizers, pa.int64())
         columns["config_feat"] = pa.FixedSizeListArray.from_arrays(
             pa.array(np.ascontiguousarray(g.config_feat).reshape(-1), pa.float32()), 24)
     return pa.Table.from_arrays([_chunked(columns[f.name]) for f in schema], schema=schema)
