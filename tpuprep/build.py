@@ -5,26 +5,34 @@ runner the options select; a bad file becomes a quarantine record and the batch 
 merges the parts of each (collection, split) into shards, in graph-id order. Last come
 ``quarantine.jsonl``, the dataset card and ``manifest.json``. The staging folder ``<dst>/.tpuprep``
 holds the finished parts, so ``--resume`` after a crash redoes only unfinished files.
+
+Before anything is written, the paths are checked (no URL, ``--src`` and ``--dst`` do not overlap),
+the selection is checked, and ``--dst`` is locked and inspected (``destination``): a build deletes
+only what tpuprep wrote and refuses a folder holding anything else.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import shutil
+import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
-from .inputs import InputFile, discover
-from .io.files import TEMPORARY, sha256_file, write_json_atomic, write_text_atomic
+from .inputs import InputFile, check_selection, discover, inventory, open_input
+from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
 from .options import BuildOptions
-from .shards.layout import CARD, MANIFEST, QUARANTINE, STAGING, is_output_entry, sidecar_relpath
+from .shards import destination
+from .shards.destination import Contents, DestinationLock
+from .shards.layout import QUARANTINE, STAGING, sidecar_relpath
 from .shards.manifest import build_manifest, write_manifest
 from .shards.writer import PartFiles, merge_parts, write_parts
+from .tpugraphs import SPLITS, selected
 
 Progress = Callable[[str, dict], None]
 
@@ -71,32 +79,62 @@ def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
     return staging / sidecar_relpath(batch[0].relpath)
 
 
-def _fingerprint(batch: list[InputFile], opts: BuildOptions) -> dict:
-    """What must be unchanged for a finished batch to be reused by --resume."""
+Stamp = list[int] | None
+"""[size in bytes, mtime in ns] of an input file, or None when it is gone."""
+
+
+def _stamp(path: Path) -> Stamp:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
+    """What must be unchanged for a finished batch to be reused by --resume: the options and each
+    file's relpath, size and mtime — as they were read (``stamps``) or as they are now (lstat)."""
+    stamps = [_stamp(i.path) for i in batch] if stamps is None else stamps
     return {"options": opts.fingerprint(),
-            "files": [[i.relpath, i.size, i.path.stat().st_mtime_ns] for i in batch]}
+            "files": [[i.relpath, *(s or [None, None])] for i, s in zip(batch, stamps, strict=True)]}
 
 
-def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGraph | None]:
+def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple[ConvertedGraph, Stamp]:
+    """Open the file once (no link followed, regular files only), hash and size the bytes read, convert
+    from the same open file, and check it did not change meanwhile. Fills record's sha256 and bytes."""
+    fh, st = open_input(inp.path)
+    with fh:
+        stamp = [st.st_size, st.st_mtime_ns]
+        record["sha256"], record["bytes"] = sha256_stream(fh)
+        if record["bytes"] != st.st_size:
+            raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
+        g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
+        now = os.fstat(fh.fileno())
+        if [now.st_size, now.st_mtime_ns] != stamp:
+            raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
+    return g, stamp
+
+
+def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGraph | None, Stamp]:
+    """Convert one file: (its record, the converted graph or None if quarantined, its stamp)."""
     record: dict = {"path": inp.relpath, "graph_id": inp.graph_id, "collection": inp.collection,
                     "kind": inp.kind, "split": inp.split, "bytes": inp.size}
     try:
-        record["sha256"] = sha256_file(inp.path)
-        g = convert_file(inp, opts, record["sha256"])
+        g, stamp = _read_and_convert(inp, opts, record)
     except BadInput as exc:
-        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None
+        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None, _stamp(inp.path)
     except (MemoryError, OSError, ValueError, IndexError, TypeError, KeyError) as exc:
         # not foreseen by validation: still one line about this file, and the batch goes on
         return record | {"status": "quarantined", "key": None, "error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc(limit=8)}, None
+                         "traceback": traceback.format_exc(limit=8)}, None, _stamp(inp.path)
     record |= {
         "status": "ok", "warnings": list(g.warnings), "moments": g.feature_moments(),
         "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
                    "nodes_before": g.num_nodes_original, "nodes_after": len(g.node_index),
                    "edges_before": g.num_edges_original, "edges_after": len(g.edge_index),
-                   "bytes_in": inp.size, "anomalies": g.num_repad_anomalies},
+                   "bytes_in": record["bytes"], "anomalies": g.num_repad_anomalies},
     }
-    return record, g
+    return record, g, stamp
 
 
 def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> dict:
@@ -106,13 +144,14 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> d
     as a dict or None when no file of the batch converted}.
     """
     staging_path = Path(staging)
-    fingerprint = _fingerprint(batch, opts)
-    records, graphs = [], []
+    records, graphs, stamps = [], [], []
     for inp in batch:
-        record, g = _convert_one(inp, opts)
+        record, g, stamp = _convert_one(inp, opts)
         records.append(record)
+        stamps.append(stamp)
         if g is not None:
             graphs.append(g)
+    fingerprint = _fingerprint(batch, opts, stamps)
     parts = None
     if graphs:
         name = batch[0].relpath.rsplit("/", 1)[1][: -len(".npz")]
@@ -134,27 +173,113 @@ def merge_task(kind: str, collection: str, split: str, parts: list[dict], stagin
     return [i.__dict__ for i in infos]
 
 
-def _prepare_destination(dst: Path, resume: bool, overwrite: bool) -> None:
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether one of two resolved paths lies inside the other (or they are the same folder), also when
+    one is reached by another name (a bind mount): compared by path, then by device and inode."""
+    if a == b or a in b.parents or b in a.parents:
+        return True
+    ids_a = {i for p in (a, *a.parents) if (i := _identity(p))}
+    ids_b = {i for p in (b, *b.parents) if (i := _identity(p))}
+    return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
+
+
+def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
+    """Resolve ``src`` and ``dst`` (following links) and refuse URLs, a missing ``src`` and any overlap
+    of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
+    for flag, value in (("--src", src), ("--dst", dst)):
+        if not str(value):
+            raise UsageError(f"{flag} must not be empty")
+        if looks_like_url(value):
+            raise UsageError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
+                             "give a local folder")
+    src_path, dst_path = Path(src).resolve(), Path(dst).resolve()
+    if not src_path.is_dir():
+        raise UsageError(f"--src {src} " + ("is not a folder" if src_path.exists() else "does not exist"))
+    if _overlap(src_path, dst_path):
+        raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
+                         "a build must not write into its own input: choose a --dst outside --src")
+    return src_path, dst_path
+
+
+def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | None, refused: list) -> None:
+    """Nothing was selected: name the filter and what exists, or say there is nothing at all."""
+    if collections or splits:
+        everything, _ = discover(src)
+        if everything:
+            named = " ".join(f"--{flag} {','.join(v)}" for flag, v in (("collections", collections),
+                                                                       ("splits", splits)) if v)
+            raise UsageError(f"{named} matches none of the {len(everything)} .npz files under {src}; "
+                             f"it holds {inventory(everything)}")
+    if not refused:
+        raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
+                         ".../layout/<xla|nlp>/<default|random>/<split>/)")
+
+
+def _listing(items: Iterable, limit: int = 5) -> str:
+    items = sorted(items)
+    return ", ".join(str(i) for i in items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: list[str] | None = None,
+                        splits: list[str] | None = None, *, locked: bool = False) -> Contents:
+    """Check, without changing anything, that a build may write ``dst``; return what it holds.
+
+    Refused (UsageError): --resume with --overwrite; a ``dst`` that is not a folder; a folder another
+    build holds; any entry tpuprep did not write (it is never deleted, so --overwrite and --resume
+    cannot proceed either); a non-empty folder without --resume or --overwrite; a --resume whose
+    selection would drop collections or splits the folder holds (shards, staged parts or manifest).
+    ``locked``: this process holds the folder's lock (so another build's is not looked for).
+    """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    if dst.exists() and not dst.is_dir():
+    if not dst.exists():
+        return Contents()
+    if not dst.is_dir():
         raise UsageError(f"--dst {dst} exists and is not a folder")
-    entries = list(dst.iterdir()) if dst.exists() else []
-    if entries and not (resume or overwrite):
+    if not locked:
+        destination.probe(dst)
+    contents = destination.scan(dst)
+    if contents.foreign:
+        what = (f"--dst {dst} holds files tpuprep did not write ({_listing(contents.foreign)})")
+        if overwrite or resume:
+            raise UsageError(f"{what}; refusing to {'overwrite' if overwrite else 'resume'}: tpuprep "
+                             "deletes only what it wrote")
+        raise UsageError(f"{what}; choose a new or empty folder")
+    if not contents.empty and not (resume or overwrite):
         raise UsageError(f"--dst {dst} is not empty; pass --resume to finish an interrupted build "
                          "or --overwrite to replace it")
+    if resume:
+        held = contents.held | destination.manifest_selection(dst)
+        wanted = set(splits or SPLITS)
+        dropped = {f"{c} {s}" for c, s in held if not (selected(c, collections) and s in wanted)}
+        if dropped:
+            raise UsageError(f"--resume would drop what --dst {dst} holds for {_listing(dropped)}: resume "
+                             "with the interrupted build's --collections/--splits, or use --overwrite")
+    return contents
+
+
+def _prepare_destination(dst: Path, contents: Contents, resume: bool, overwrite: bool) -> None:
+    """Delete what a build replaces: with --overwrite everything tpuprep wrote, with --resume the
+    manifest, card and quarantine list (shards go just before the merge, staged parts are reused)."""
     if overwrite:
-        foreign = [e.name for e in entries if not is_output_entry(e.name)]
-        if foreign:
-            raise UsageError(f"--dst {dst} holds files tpuprep did not write ({', '.join(sorted(foreign)[:5])}); "
-                             "refusing to overwrite")
-        for e in entries:
-            shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
+        destination.remove(dst, contents.files, contents.dirs)
     elif resume:
-        for e in entries:
-            if e.name in (MANIFEST, QUARANTINE, CARD) or TEMPORARY.fullmatch(e.name):
-                e.unlink()
-    dst.mkdir(parents=True, exist_ok=True)
+        destination.remove(dst, [f for f in contents.files if "/" not in f], [])
+
+
+def _remove_own(dst: Path, under: tuple[str, ...]) -> None:
+    """Delete what tpuprep wrote under these top-level folders of ``dst`` (nothing else)."""
+    contents = destination.scan(dst)
+    destination.remove(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
+                       [d for d in contents.dirs if d.split("/", 1)[0] in under])
 
 
 def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path) -> dict | None:
@@ -195,24 +320,37 @@ def build(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> BuildReport:
-    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5)."""
-    from .runners.local import SerialRunner
-    from .shards.card import write_card
+    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
+    Raises UsageError, before touching anything, for a URL, overlapping ``src``/``dst``, an unknown
+    collection or split, a selection that matches no file, or a ``dst`` it may not write (see
+    ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
+    """
     opts = opts or BuildOptions()
-    src, dst = Path(src).resolve(), Path(dst).resolve()
+    src, dst = check_paths(src, dst)
+    check_selection(collections, splits)
     notify = progress or (lambda event, info: None)
     inputs, refused = discover(src, collections, splits)
+    if not inputs:
+        _no_inputs(src, collections, splits, refused)
     refused_records = [_refused_record(e, src) for e in refused]
+    inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:
         notify("discovered", {"inputs": [], "refused": refused_records})
         return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
-    if not inputs and not refused:
-        raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
-                         ".../layout/<xla|nlp>/<default|random>/<split>/)")
-    if dst == src or src in dst.parents:
-        raise UsageError(f"--dst {dst} must not lie inside --src {src}")
-    _prepare_destination(dst, resume, overwrite)
+    dst.mkdir(parents=True, exist_ok=True)
+    with DestinationLock.acquire(dst):
+        contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
+        _prepare_destination(dst, contents, resume, overwrite)
+        return _build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify)
+
+
+def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFile], refused_records: list[dict],
+                  runner, resume: bool, notify: Progress) -> BuildReport:
+    """The build proper, with ``dst`` locked and prepared."""
+    from .runners.local import SerialRunner
+    from .shards.card import write_card
+
     notify("discovered", {"inputs": inputs, "refused": refused_records})
     staging = dst / STAGING
     staging.mkdir(exist_ok=True)
@@ -242,9 +380,7 @@ def build(
     for done in sorted((d for d in results if d["parts"]), key=lambda d: d["parts"]["graph_ids"][0]):
         first = next(r for r in done["records"] if r["status"] == "ok")
         groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
-    for kind in ("layout", "tile"):  # outputs of a previous build that this one does not produce
-        if (dst / kind).exists():
-            shutil.rmtree(dst / kind)
+    _remove_own(dst, ("layout", "tile"))  # shards of an interrupted build: this one writes them anew
     merges = [runner.submit(merge_task, kind, coll, split, parts, str(staging), str(dst), opts)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
@@ -259,5 +395,5 @@ def build(
     write_text_atomic(dst / QUARANTINE, "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"]))
     write_card(dst, manifest)
     write_manifest(dst, manifest)
-    shutil.rmtree(staging, ignore_errors=True)
+    _remove_own(dst, (STAGING,))
     return BuildReport(manifest, all_records)

@@ -121,9 +121,8 @@ def _collection_list(value: str | None) -> list[str] | None:
 
 
 @main.command()
-@click.option("--src", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="npz/, npz_all/npz, a collection folder or a split folder.")
-@click.option("--dst", required=True, type=click.Path(file_okay=False, path_type=Path), help="Shard folder.")
+@click.option("--src", required=True, help="npz/, npz_all/npz, a collection folder or a split folder.")
+@click.option("--dst", required=True, help="Shard folder (a local folder outside --src).")
 @click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")
 @click.option("--no-prune", is_flag=True, help="Keep whole layout graphs.")
 @click.option("--no-repad", is_flag=True, help="Keep the original 0 padding of node_feat.")

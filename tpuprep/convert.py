@@ -8,6 +8,7 @@ deduplicator, so the float32 config array is never held whole.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
@@ -92,9 +93,10 @@ def _rows_per_chunk(row_bytes: int, chunk_bytes: int) -> int:
     return max(1, chunk_bytes // max(row_bytes, 1))
 
 
-def convert_file(inp: InputFile, opts: BuildOptions, sha256: str) -> ConvertedGraph:
-    """Convert one validated input file. Raises ``BadInput`` naming the file and key on bad input."""
-    with NpzFile(inp.path) as f:
+def convert_file(inp: InputFile, opts: BuildOptions, sha256: str, fh: BinaryIO | None = None) -> ConvertedGraph:
+    """Convert one validated input file (read from ``fh`` when given, an open binary file of it that
+    the caller closes). Raises ``BadInput`` naming the file and key on bad input."""
+    with NpzFile(inp.path, fh) as f:
         g = read_graph(f, inp)
         labelled = inp.split != "test"
         n, m = g.node_feat.shape[0], g.edge_index.shape[0]

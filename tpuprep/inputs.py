@@ -9,15 +9,18 @@ read here: ``NpzFile.iter_rows`` streams them.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from .errors import BadInput
+from .errors import BadInput, UsageError
 from .io.npz import Member, NpzFile
 from .tpugraphs import (
+    COLLECTIONS,
     LAYOUT_KEYS,
     LAYOUT_SLOTS,
     NODE_FEATURES,
@@ -54,13 +57,68 @@ class InputFile:
     size: int = field(compare=False)
 
 
+def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
+    """Raise UsageError for a ``--collections`` entry that names no collection (not an id nor a prefix of
+    one, e.g. ``layout:xla:rand``) or a ``--splits`` entry that is not train, valid or test."""
+    for w in collections or ():
+        if not any(selected(c, [w]) for c in COLLECTIONS):
+            raise UsageError(f"--collections {w!r} names no collection (ids: {', '.join(COLLECTIONS)}; "
+                             "a prefix such as layout:xla or tile selects several)")
+    for s in splits or ():
+        if s not in SPLITS:
+            raise UsageError(f"--splits {s!r} is not a split ({', '.join(SPLITS)})")
+
+
+def inventory(inputs: Iterable[InputFile]) -> str:
+    """``layout:xla:random (train, valid), tile:xla (train)``: the collections and splits of ``inputs``."""
+    found: dict[str, set[str]] = {}
+    for inp in inputs:
+        found.setdefault(inp.collection, set()).add(inp.split)
+    return ", ".join(f"{c} ({', '.join(s for s in SPLITS if s in found[c])})" for c in sorted(found))
+
+
+def _not_regular(mode: int) -> str:
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+    return f"is {kind}, not a regular file; only regular files are read"
+
+
+def open_input(path: Path) -> tuple[BinaryIO, os.stat_result]:
+    """Open an input file for reading without following a symbolic link and without blocking on a FIFO
+    or device, and check that what was opened is a regular file. Returns the open binary file (the
+    caller closes it) and its ``fstat``, so size, hash and conversion all see this one inode.
+
+    Raises BadInput (naming ``path``) when it vanished, became a link or is not a regular file.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise BadInput(path, None, "vanished after it was found (deleted or moved while the build ran)") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise BadInput(path, None, "was replaced by a symbolic link after it was found; not followed") from None
+        raise BadInput(path, None, f"cannot open: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(path, None, _not_regular(st.st_mode))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def discover(
     src: str | Path,
     collections: Iterable[str] | None = None,
     splits: Iterable[str] | None = None,
 ) -> tuple[list[InputFile], list[BadInput]]:
-    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, bad names,
-    unknown places, graph-id clashes). Symbolic links are never followed."""
+    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
+    and other non-regular files, bad names, unknown places, graph-id clashes). Symbolic links are never
+    followed and nothing is opened: each entry is only ``lstat``-ed."""
     root = Path(src).resolve()
     if not root.is_dir():
         raise FileNotFoundError(f"--src {src} is not a directory")
@@ -78,8 +136,16 @@ def discover(
             if not name.endswith(".npz"):
                 continue
             path = here / name
-            if path.is_symlink():
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                refused.append(BadInput(path, None, "vanished while the source was listed"))
+                continue
+            if stat.S_ISLNK(st.st_mode):
                 refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                refused.append(BadInput(path, None, _not_regular(st.st_mode)))
                 continue
             try:
                 kind, collection, split, relpath = classify(path.parts)
@@ -94,7 +160,7 @@ def discover(
                                         "(letters, digits and . _ + - only)"))
                 continue
             found.append(InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split,
-                                   stem, path.stat().st_size))
+                                   stem, st.st_size))
     found.sort()
     unique: list[InputFile] = []
     for inp in found:

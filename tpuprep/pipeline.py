@@ -43,6 +43,7 @@ from typing import Any
 import click
 
 from .errors import UsageError
+from .io.files import looks_like_url
 from .options import BuildOptions
 from .tpugraphs import SPLITS
 
@@ -170,6 +171,8 @@ def _path(path: Path, key: str, value: Any) -> Path:
     text = _expand(path, key, _typed(path, key, value, str))
     if not text:
         raise _fail(path, key, "must not be empty")
+    if looks_like_url(text):
+        raise _fail(path, key, f"{text} looks like a URL: object stores are not supported yet; give a local folder")
     p = Path(text)
     return p if p.is_absolute() else (path.parent / p).resolve()
 
@@ -307,6 +310,10 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
              scheduler_file: str | Path | None = None, resume: bool = False) -> Pipeline:
     """The run with command-line overrides applied (paths relative to the current folder)."""
     changes: dict[str, Any] = {}
+    for flag, value in (("--src", src), ("--dst", dst)):
+        if value is not None and looks_like_url(value):
+            raise PipelineError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
+                                "give a local folder")
     if src is not None:
         changes["src"] = Path(src).resolve()
     if dst is not None:

@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-TEMPORARY = re.compile(r"\..+\.tmp(-\d+)?")
-"""Names of the temporaries that ``atomic_path`` uses (what a killed writer may leave behind)."""
+TEMPORARY = re.compile(r"\.(.+)\.tmp(?:-\d+)?")
+"""Names of the temporaries that ``atomic_path`` uses (what a killed writer may leave behind);
+group 1 is the name of the file being written."""
 
 
 def temporary_path(path: Path) -> Path:
@@ -85,10 +86,27 @@ def place(src: str | Path, path: str | Path) -> None:
             shutil.copyfile(src, tmp)
 
 
-def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
-    """Hex sha256 of a file's bytes, read in ``block``-byte steps."""
+def sha256_stream(fh: IO[bytes], block: int = 1 << 22) -> tuple[str, int]:
+    """(hex sha256, byte count) of an open binary file from its start, read in ``block``-byte steps."""
     h = hashlib.sha256()
+    fh.seek(0)
+    size = 0
+    while chunk := fh.read(block):
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(block):
-            h.update(chunk)
-    return h.hexdigest()
+        return sha256_stream(fh, block)[0]
+
+
+URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+:/")
+
+
+def looks_like_url(text: str | os.PathLike) -> bool:
+    """True when ``text`` starts like a URL (``scheme://...``; also ``scheme:/...``, the form
+    ``pathlib.Path`` makes of it). One-letter schemes are not URLs (``C:/`` is a drive)."""
+    return bool(URL.match(os.fspath(text)))

@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -211,16 +212,21 @@ class NpzFile:
     is not a readable zip of ``.npy`` members.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, fh: BinaryIO | None = None):
+        """Open ``path``, or read the already open, seekable binary file ``fh`` (``path`` then only
+        names it in errors, and ``close()`` leaves ``fh`` open for its owner)."""
         self.path = Path(path)
-        try:
-            self._fh = open(self.path, "rb")  # noqa: SIM115 (closed by close())
-        except OSError as exc:
-            raise BadInput(self.path, None, f"cannot open: {exc.strerror}") from None
+        self._owned = fh is None
+        if fh is None:
+            try:
+                fh = open(self.path, "rb")  # noqa: SIM115 (closed by close())
+            except OSError as exc:
+                raise BadInput(self.path, None, f"cannot open: {exc.strerror}") from None
+        self._fh = fh
         try:
             self.members = self._read_directory()
         except BaseException:
-            self._fh.close()
+            self.close()
             raise
 
     def __enter__(self) -> NpzFile:
@@ -230,7 +236,8 @@ class NpzFile:
         self.close()
 
     def close(self) -> None:
-        self._fh.close()
+        if self._owned:
+            self._fh.close()
 
     def _read_directory(self) -> dict[str, Member]:
         try:

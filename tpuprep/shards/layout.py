@@ -11,23 +11,23 @@
 
 from __future__ import annotations
 
-from ..io.files import TEMPORARY
-from ..tpugraphs import KINDS, collection_path
+import re
+
+from ..tpugraphs import SAFE_STEM, collection_path
 
 MANIFEST = "manifest.json"
 CARD = "README.md"
 QUARANTINE = "quarantine.jsonl"
 STAGING = ".tpuprep"
+LOCK = ".tpuprep.lock"
+"""Held (flock) by the build that writes ``<dst>``; removed when it ends."""
 TABLES = ("graphs", "configs")
 """The two tables of every collection: one row per graph, one row per unique config."""
 
-OUTPUT_ENTRIES = (MANIFEST, QUARANTINE, CARD, *KINDS, STAGING)
-"""The top-level entries of ``<dst>`` that tpuprep writes (besides temporaries, ``TEMPORARY``)."""
-
-
-def is_output_entry(name: str) -> bool:
-    """Is a top-level name of ``<dst>`` one that a build writes (or a temporary of one)?"""
-    return name in OUTPUT_ENTRIES or bool(TEMPORARY.fullmatch(name))
+SHARD_NAME = re.compile(r"(train|valid|test)-\d{5,}-of-\d{5,}\.parquet")
+"""File names of shards (``shard_relpath``)."""
+PART_NAME = re.compile(SAFE_STEM.pattern + r"\.(?:graphs\.arrow|configs\.parquet|json)")
+"""File names in the staging folder's part folders (``part_relpaths``, ``sidecar_relpath``)."""
 
 
 def shard_relpath(collection: str, table: str, split: str, index: int, count: int) -> str:
