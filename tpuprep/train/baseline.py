@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .features import output_rank
+from ..tpugraphs import COLS_LAYOUT, COLS_SHAPE_DIMS
+from .features import output_rank, violation_ratio_of
 
 POSITIONS = ("minor", "major")
 
@@ -33,10 +34,10 @@ def _node_info(record: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per configurable node: largest output dim (nc,), rank (nc,), default layout (nc, 6)."""
     cfg = np.asarray(record.node_config_ids, np.int64)
     nf = np.asarray(record.node_feat)[cfg].astype(np.float64)
-    dims = nf[:, 21:27]
+    dims = nf[:, COLS_SHAPE_DIMS]
     largest = dims.argmax(axis=1)
     rank = output_rank(dims)
-    default = np.rint(nf[:, 134:140]).astype(np.int64)
+    default = np.rint(nf[:, COLS_LAYOUT]).astype(np.int64)
     return largest, rank, default
 
 
@@ -60,10 +61,7 @@ def violation_ratio(record: Any, rows: np.ndarray | None = None, position: str =
         else:
             idx = np.maximum(n_set - 1, 0)
             pos = np.take_along_axis(lay, idx[:, :, None], axis=2)[:, :, 0]
-        counted = (rank[None] >= 2) & (pos >= 0)
-        viol = counted & (pos != largest[None])
-        n_counted = counted.sum(axis=1)
-        out[start:start + chunk] = np.where(n_counted > 0, viol.sum(axis=1) / np.maximum(n_counted, 1), 0.0)
+        out[start:start + chunk] = violation_ratio_of(pos, largest, rank)
     return out
 
 

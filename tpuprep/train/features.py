@@ -424,6 +424,20 @@ def modal_output_codes(record: Any) -> np.ndarray:
     return modal
 
 
+def violation_ratio_of(position: np.ndarray, largest: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The violation ratio (B,) float64 of seeds/002 §5.2: per config, the share of counted nodes whose
+    scored layout position does not hold the node's largest output dim.
+
+    position (B, nc) int: the output dim at the scored position (−1: unknown); largest (nc,) int: the
+    largest output dim; rank (nc,) int: output rank. Counted: rank ≥ 2 and a known position; a config
+    with no counted node scores 0.
+    """
+    counted = (rank[None] >= 2) & (position >= 0)
+    n_counted = counted.sum(axis=1)
+    violated = (counted & (position != largest[None])).sum(axis=1)
+    return np.where(n_counted > 0, violated / np.maximum(n_counted, 1), 0.0)
+
+
 def derived_config_features(pg: PreparedGraph, values: np.ndarray,
                             dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Hand-made layout features per configurable node and config, and the violation ratio per config.
@@ -464,8 +478,5 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
     out_code = encode_base7(v)[:, :, 0]  # the output block as one base-7 code, like cfg_modal
     feats[:, :, 6] = out_code != pg.cfg_modal[None]
     feats[:, :, 7] = feats[:, :, 6] * pg.cfg_cost[None]
-    counted = (rank[None] >= 2) & (m0 >= 0)
-    n_counted = counted.sum(axis=1)
-    viol = np.where(n_counted > 0, (counted & (feats[:, :, 0] == 0)).sum(axis=1) / np.maximum(n_counted, 1),
-                    0.0)
+    viol = violation_ratio_of(m0, largest, rank)
     return feats.astype(dtype), viol.astype(dtype)
