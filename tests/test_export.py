@@ -27,8 +27,8 @@ from tpuprep.export import (
     export_cmd,
     graph_members,
     npz_relpath,
-    write_npz,
 )
+from tpuprep.io.npz_writer import write_npz
 from tpuprep.options import BuildOptions
 
 LAYOUT_DTYPES = {"edge_index": np.int64, "node_feat": np.float32, "node_opcode": np.uint8,

@@ -181,12 +181,12 @@ def test_streamed_member_round_trip(tmp_path: Path) -> None:
     short = synth.StreamedArray((5, 2), np.dtype(np.float32), iter([np.zeros((3, 2), np.float32)]))
     with pytest.raises(ValueError, match="3 rows"):
         synth.write_npz(tmp_path / "bad.npz", [("x", short)])
-    assert not (tmp_path / "bad.npz").exists() and not list(tmp_path.glob("*.part"))
+    assert not (tmp_path / "bad.npz").exists() and not list(tmp_path.glob(".*"))  # no temporary left
 
 
 def test_failed_truth_write_leaves_nothing_behind(tmp_path: Path) -> None:
-    """write_npy (truth side files) is atomic like write_npz: a failed write leaves no .part file."""
-    from tpuprep.synth.npz_writer import write_npy
+    """write_npy (truth side files) is atomic like write_npz: a failed write leaves no temporary."""
+    from tpuprep.io.npz_writer import write_npy
 
     target = tmp_path / "truth" / "t.npy"
     assert write_npy(target, np.arange(4.0)) == target.stat().st_size

@@ -28,9 +28,7 @@ bounded whatever its inflated size (≈ 2.6 GB as float32 for the largest real g
 
 from __future__ import annotations
 
-import os
 import sys
-import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,27 +37,18 @@ import click
 import numpy as np
 
 from .errors import UsageError
+from .io.npz_writer import StreamedArray, write_npz
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE = 0, 1, 2
 CHUNK_BYTES = 32 << 20
-ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 LAYOUT_KEY_ORDER = (*LAYOUT_KEYS, "config_inverse")
 TILE_KEY_ORDER = (*TILE_KEYS, "config_inverse")
 
 
-@dataclass(frozen=True)
-class Chunked:
-    """An array member written piece by piece: its dtype, full shape and a factory of row chunks."""
-
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    chunks: Callable[[], Iterator[np.ndarray]]
-
-
-Member = np.ndarray | Chunked
+Member = np.ndarray | StreamedArray
 
 
 @dataclass
@@ -75,59 +64,14 @@ class ExportReport:
         return len(self.files)
 
 
-# --------------------------------------------------------------------------- npz writing
-
-
-def _header(dtype: np.dtype, shape: tuple[int, ...]) -> dict:
-    return {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": tuple(shape)}
-
-
-def _bytes_of(array: np.ndarray) -> memoryview:
-    """A flat byte view of a C-contiguous array (zipfile needs len() in bytes)."""
-    return memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-
-
-def write_npz(path: Path, members: dict[str, Member]) -> int:
-    """Write ``members`` as a compressed .npz — the same bytes as ``np.savez_compressed`` — streaming
-    ``Chunked`` members, atomically (temporary name, then rename). Returns the file size."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-            for key, value in members.items():
-                info = zipfile.ZipInfo(f"{key}.npy", date_time=ZIP_DATE_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                with zf.open(info, "w", force_zip64=True) as fh:
-                    if isinstance(value, Chunked):
-                        np.lib.format.write_array_header_1_0(fh, _header(value.dtype, value.shape))
-                        written = 0
-                        for chunk in value.chunks():
-                            chunk = np.asarray(chunk, dtype=value.dtype)
-                            fh.write(_bytes_of(chunk))
-                            written += chunk.shape[0]
-                        if written != (value.shape[0] if value.shape else 1):
-                            raise ValueError(f"{path}: member {key} got {written} rows, expected {value.shape[0]}")
-                    else:
-                        value = np.ascontiguousarray(value)
-                        np.lib.format.write_array_header_1_0(fh, _header(value.dtype, value.shape))
-                        fh.write(_bytes_of(value))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path.stat().st_size
-
-
 # --------------------------------------------------------------------------- graph → keys
 
 
-def _decoded_chunks(codes: np.ndarray, chunk_bytes: int) -> Callable[[], Iterator[np.ndarray]]:
+def _decoded_chunks(codes: np.ndarray, chunk_bytes: int) -> Iterator[np.ndarray]:
+    """node_config_feat (k, nc, 18) float32 decoded from base-7 codes (c_u, nc, 3), ≈ chunk_bytes at a time."""
     rows = max(1, chunk_bytes // max(1, codes.shape[1] * 18 * 4))
-
-    def chunks() -> Iterator[np.ndarray]:
-        for start in range(0, codes.shape[0], rows):
-            yield decode_base7(codes[start : start + rows]).astype(np.float32)
-
-    return chunks
+    for start in range(0, codes.shape[0], rows):
+        yield decode_base7(codes[start : start + rows]).astype(np.float32)
 
 
 def graph_members(g: GraphRecord, *, packed: bool = False, chunk_bytes: int = CHUNK_BYTES) -> dict[str, Member]:
@@ -143,8 +87,8 @@ def graph_members(g: GraphRecord, *, packed: bool = False, chunk_bytes: int = CH
     }
     if g.kind == "layout":
         codes = np.asarray(g.config_codes, np.int32)
-        out["node_config_feat"] = codes if packed else Chunked(
-            np.dtype(np.float32), (codes.shape[0], codes.shape[1], 18), _decoded_chunks(codes, chunk_bytes))
+        out["node_config_feat"] = codes if packed else StreamedArray(
+            (codes.shape[0], codes.shape[1], 18), np.dtype(np.float32), _decoded_chunks(codes, chunk_bytes))
         out["node_config_ids"] = np.asarray(g.node_config_ids, np.int64)
         out["node_splits"] = np.asarray(g.node_splits, np.int64).reshape(1, -1)
         order = LAYOUT_KEY_ORDER
@@ -255,4 +199,4 @@ def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | Non
     sys.exit(EXIT_OK)
 
 
-__all__ = ["ExportReport", "export", "export_cmd", "graph_members", "npz_relpath", "write_npz"]
+__all__ = ["ExportReport", "export", "export_cmd", "graph_members", "npz_relpath"]

@@ -137,7 +137,7 @@ tile normalizer                        598 ns – 0.27 ms                293 ns 
 
 Modules (lower ones never import higher ones; ``driver`` is imported by nobody but this package):
 ``constants`` ids and columns · ``profiles`` sizes and calibration targets · ``seeding`` keyed
-randomness · ``names`` program names · ``npz_writer`` streaming npz/npy writing · ``graph`` shapes,
+randomness · ``names`` program names · ``graph`` shapes,
 windows, ``SynthGraph`` · ``hlo`` the HLO builder and featurizer · ``model`` forward passes ·
 ``training`` backward pass and optimizer · ``programs`` whole layout programs · ``configs`` layout
 config plans and sampling · ``tile`` tile kernels and configs · ``files`` the file plan and each
@@ -146,6 +146,7 @@ slot's graph · ``driver`` ``synthesize``.
 
 from __future__ import annotations
 
+from ..io.npz_writer import StreamedArray, write_npz
 from .configs import LayoutPlan, draw_choices, plan_layout
 from .constants import (
     COLLECTIONS,
@@ -160,7 +161,6 @@ from .constants import (
 from .driver import CollectionCount, SynthSummary, synthesize
 from .files import FileSpec, file_plan, layout_config_count, layout_graph_for, tile_graph_for
 from .graph import SynthGraph
-from .npz_writer import StreamedArray, write_npz
 from .profiles import PROFILES, Profile
 from .programs import build_program
 from .tile import build_tile_graph, tile_configs

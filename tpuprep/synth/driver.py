@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io.npz_writer import StreamedArray, prefetched, write_npy, write_npz
 from .configs import draw_choices
 from .constants import COLLECTIONS
 from .files import FileSpec, draw_layout_config_count, file_plan, layout_graph_for
 from .names import layout_family
-from .npz_writer import StreamedArray, prefetched, write_npy, write_npz
 from .profiles import DUP_SPREAD, DUP_TARGET, PROFILES, Profile
 from .seeding import keyed_rng, loguniform
 from .tile import build_tile_graph, tile_configs

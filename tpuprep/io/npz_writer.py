@@ -1,22 +1,23 @@
-"""Streaming npz writing: ``write_npz`` writes an ``np.savez_compressed``-compatible .npz member by
-member, deflating ``StreamedArray`` members chunk by chunk so memory never holds them whole (same
-zipfile calls, same .npy headers, fixed 1980-01-01 entry time: the bytes equal
-``np.savez_compressed``'s for the same arrays); ``write_npy`` writes one .npy atomically (the
-truth side files); ``prefetched`` overlaps computing the next chunk with deflating the current
-one.
+"""Streaming npz writing, for everything tpuprep writes in the TpuGraphs format (``synth``, ``export``).
+
+``write_npz`` writes an ``np.savez_compressed``-compatible .npz member by member, deflating
+``StreamedArray`` members chunk by chunk so memory never holds them whole (same zipfile calls, same
+.npy headers, fixed 1980-01-01 entry time: the bytes equal ``np.savez_compressed``'s for the same
+arrays); ``write_npy`` writes one .npy; both atomically (``io.files.atomic_path``). ``prefetched``
+overlaps computing the next chunk with deflating the current one.
 """
 
 from __future__ import annotations
 
-import os
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .files import atomic_path
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,10 @@ def _npy_header(fid, shape: tuple[int, ...], dtype: np.dtype) -> None:
         np.lib.format.write_array_header_2_0(fid, header)
 
 
-@contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary sibling ``<name>.part`` to write instead of ``path``: renamed onto ``path`` when
-    the block succeeds, removed when it fails (parents are created)."""
+def _atomic(path: Path):
+    """``atomic_path(path)`` after creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    return atomic_path(path)
 
 
 def _write_member(zf: zipfile.ZipFile, name: str, value: np.ndarray | StreamedArray) -> None:
@@ -77,10 +71,12 @@ def _write_member(zf: zipfile.ZipFile, name: str, value: np.ndarray | StreamedAr
             raise ValueError(f"{name}: chunks hold {rows} rows, expected {value.shape[0]}")
 
 
-def write_npz(path: str | Path, members: Sequence[tuple[str, np.ndarray | StreamedArray]]) -> int:
+def write_npz(path: str | Path,
+              members: Mapping[str, np.ndarray | StreamedArray] | Sequence[tuple[str, np.ndarray | StreamedArray]]) -> int:
     """Write an ``np.savez_compressed``-compatible .npz; returns its size in bytes.
 
-    members: (key, array) pairs in file order; a ``StreamedArray`` is deflated chunk by chunk. Plain
+    members: (key, array) pairs (or a mapping) in file order; a ``StreamedArray`` is deflated chunk by
+    chunk. Errors name the file and the member. Plain
     arrays go through ``np.lib.format.write_array`` like ``np.savez_compressed`` does, into the same
     ZIP_DEFLATED, zip64-forced entries with the fixed 1980-01-01 timestamp, so the bytes are
     deterministic. The file appears atomically (written under a temporary name, then renamed).
@@ -90,8 +86,11 @@ def write_npz(path: str | Path, members: Sequence[tuple[str, np.ndarray | Stream
         _atomic(path) as tmp,
         zipfile.ZipFile(tmp, mode="w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf,
     ):
-        for name, value in members:
-            _write_member(zf, name, value)
+        for name, value in (members.items() if isinstance(members, Mapping) else members):
+            try:
+                _write_member(zf, name, value)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from None
     return path.stat().st_size
 
 
