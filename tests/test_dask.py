@@ -4,6 +4,7 @@ local serial build of the same inputs."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -305,7 +306,7 @@ def _killed_worker() -> None:
 
 def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp_path):
     """``KilledWorker`` (the scheduler gave up on a task) quarantines that task's files; the batch goes on."""
-    from tpuprep.build import process_batch
+    from tpuprep.build import lost_batch_result
     from tpuprep.inputs import discover
     from tpuprep.options import BuildOptions
     from tpuprep.runners.dask_cluster import DaskRunner
@@ -314,10 +315,9 @@ def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp
     opts = BuildOptions()
     runner = DaskRunner(address=cluster.address, retries=0)
     try:
-        futs = [runner.submit(_killed_worker), runner.submit(_killed_worker)]
         # as if the first had been process_batch on one file, the second on two
-        runner._calls[futs[0].key] = (process_batch, (inputs[:1], opts, str(tmp_path)))
-        runner._calls[futs[1].key] = (process_batch, (inputs, opts, str(tmp_path)))
+        futs = [runner.submit(_killed_worker, on_lost=functools.partial(lost_batch_result, inputs[:1], opts)),
+                runner.submit(_killed_worker, on_lost=functools.partial(lost_batch_result, inputs, opts))]
         results = sorted((f.result() for f in runner.as_completed(futs)), key=lambda d: len(d["records"]))
     finally:
         runner.close()
@@ -325,7 +325,7 @@ def test_a_file_that_keeps_killing_workers_is_quarantined(cluster, tiny_src, tmp
     assert one["parts"] is None and [r["path"] for r in one["records"]] == [inputs[0].relpath]
     record = one["records"][0]
     assert record["status"] == "quarantined" and record["graph_id"] == inputs[0].graph_id
-    assert record["error"].startswith("the Dask workers converting this file died 4 times (last on tcp://127.0.0.1:1)")
+    assert record["error"].startswith("the workers converting this file died 4 times (last on tcp://127.0.0.1:1)")
     assert [r["path"] for r in two["records"]] == [i.relpath for i in inputs]
     assert all("converting 2 files together" in r["error"] for r in two["records"])
 
@@ -412,7 +412,7 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
     freed block over 128 KB; warm_worker (pool initializer and Dask plugin) fixes both thresholds."""
     import platform
 
-    from tpuprep.runners import local as executors
+    from tpuprep.runners import worker as executors
 
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert executors.tune_malloc() is True
@@ -424,7 +424,7 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
 
 
 def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeypatch, tiny_src, tmp_path):
-    from tpuprep.runners import local as executors
+    from tpuprep.runners import worker as executors
 
     calls = []
     monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)

@@ -14,6 +14,7 @@ only what tpuprep wrote and refuses a folder holding anything else.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import traceback
@@ -162,6 +163,20 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> d
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(sidecar, done, durable=False, indent=None)
     return done
+
+
+def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -> dict:
+    """What ``process_batch`` returns for a batch the infrastructure gave up on (its workers kept dying,
+    typically out of memory): every file quarantined with ``reason``, so the build goes on. No sidecar
+    is written, so ``--resume`` tries the files again."""
+    error = f"the workers converting this file {reason}"
+    if len(batch) > 1:
+        error += f" (it was converting {len(batch)} files together; all of them are set aside)"
+    records = [{"path": i.relpath, "graph_id": i.graph_id, "collection": i.collection, "kind": i.kind,
+                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error}
+               for i in batch]
+    files = [[i.relpath, i.size, None] for i in batch]
+    return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
 
 
 def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str,
@@ -369,7 +384,9 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
     # Largest first (LPT): the few huge layout files start at once instead of ending the build on one
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
-    futures = [runner.submit(process_batch, batch, opts, str(staging)) for batch in pending]
+    futures = [runner.submit(process_batch, batch, opts, str(staging), paths=(batch[0].path, staging),
+                             on_lost=functools.partial(lost_batch_result, batch, opts))
+               for batch in pending]
     for fut in runner.as_completed(futures):
         done = fut.result()
         results.append(done)

@@ -87,7 +87,8 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
     from .build import build
     from .options import BuildOptions
-    from .runners.local import make_runner, tune_malloc
+    from .runners import make_runner
+    from .runners.worker import tune_malloc
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
@@ -182,7 +183,7 @@ def demo(keep, workers) -> None:
     """Synthesise a small TpuGraphs tree, build it, verify it and print the summary."""
     from . import open_dataset
     from .build import build as run_build
-    from .runners.local import make_runner
+    from .runners import make_runner
     from .synth import synthesize
     from .verify import verify as run_verify
 

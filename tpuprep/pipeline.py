@@ -336,18 +336,15 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
 
 def make_pipeline_runner(spec: ClusterSpec):
     """The runner for a run's cluster settings (see ``ClusterSpec``)."""
-    from .runners.local import ProcessRunner, SerialRunner
+    from .runners import make_runner
 
-    if spec.type == "serial" or (spec.type == "local" and spec.engine == "processes" and spec.workers <= 1):
-        return SerialRunner()
-    if spec.type == "local" and spec.engine == "processes":
-        return ProcessRunner(spec.workers)
-    from .runners.dask_cluster import DaskRunner
-
+    if spec.type == "serial":
+        return make_runner(1)
     if spec.type == "local":
-        return DaskRunner(local_workers=spec.workers, retries=spec.retries, timeout=spec.timeout)
-    return DaskRunner(address=spec.scheduler, scheduler_file=spec.scheduler_file, retries=spec.retries,
-                      min_workers=spec.min_workers, timeout=spec.timeout, connect_timeout=spec.timeout)
+        return make_runner(spec.workers, dask_local=spec.engine != "processes", retries=spec.retries,
+                           timeout=spec.timeout)
+    return make_runner(scheduler=spec.scheduler, scheduler_file=spec.scheduler_file, retries=spec.retries,
+                       min_workers=spec.min_workers, timeout=spec.timeout, connect_timeout=spec.timeout)
 
 
 def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress=None, **overrides: Any):

@@ -27,14 +27,14 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from distributed import WorkerPlugin
 
 from ..errors import UsageError
-from .local import lost_task_result, task_inputs, warm_worker
+from .worker import warm_worker
 
 PLUGIN_NAME = "tpuprep-worker"
 LIBRARIES = ("numpy", "numba", "pyarrow")
@@ -191,7 +191,7 @@ class DaskRunner:
         self._cluster = None
         self._own_client = client is None
         self._paths_checked = False
-        self._calls: dict[str, tuple[Callable[..., Any], tuple]] = {}
+        self._on_lost: dict[str, Callable[[str], Any]] = {}  # task key -> result when given up on
         self._submitted = 0
         if client is None and local_workers:
             self._cluster = LocalCluster(n_workers=local_workers, threads_per_worker=1, processes=True,
@@ -261,14 +261,15 @@ class DaskRunner:
                                "client:\n" + "\n".join(problems) + "\nPut --src and --dst on a filesystem "
                                "that the client and every worker mount at the same path.")
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        inputs = task_inputs(args)
-        if inputs and not self._paths_checked:  # the first conversion task: can the workers see the data?
-            staging = [a for a in args[1:] if isinstance(a, str | os.PathLike)]
-            self.check_paths(inputs[0].path, *staging)
+    def submit(self, fn: Callable[..., Any], *args: Any, paths: Sequence[str | os.PathLike] = (),
+               on_lost: Callable[[str], Any] | None = None) -> Any:
+        """Submit ``fn(*args)``; the first task with ``paths`` checks that every worker sees them."""
+        if paths and not self._paths_checked:
+            self.check_paths(*paths)
             self._paths_checked = True
         key = f"tpuprep-{fn.__name__}-{uuid.uuid4().hex}"
-        self._calls[key] = (fn, args)
+        if on_lost is not None:
+            self._on_lost[key] = on_lost
         self._submitted += 1  # earlier submissions first (the build submits the largest files first)
         return self.client.submit(run_task, self.environment, fn, *args, key=key, pure=False,
                                   retries=self.retries, priority=-self._submitted)
@@ -280,14 +281,10 @@ class DaskRunner:
         from distributed.scheduler import KilledWorker
 
         for fut in as_completed(list(futures), loop=self.client.loop):
-            fn, args = self._calls.pop(fut.key, (None, ()))
-            if fut.status == "error":
-                exc = fut.exception()
-                if isinstance(exc, KilledWorker) and fn is not None:
-                    result = lost_task_result(fn, args, _killed_reason(exc))
-                    if result is not None:
-                        yield _Resolved(result)
-                        continue
+            on_lost = self._on_lost.pop(fut.key, None)
+            if fut.status == "error" and on_lost is not None and isinstance(fut.exception(), KilledWorker):
+                yield _Resolved(on_lost(_killed_reason(fut.exception())))
+                continue
             yield fut
 
     def close(self) -> None:
@@ -300,12 +297,13 @@ class DaskRunner:
 
 
 def _killed_reason(exc: BaseException) -> str:
-    """One line for a file whose workers kept dying (``KilledWorker``)."""
+    """Why a task was given up on (``KilledWorker``), to follow "the workers running it ...": e.g. "died 4
+    times (last on tcp://…); most likely it needs more memory than a worker has (…)"."""
     deaths = getattr(exc, "allowed_failures", None)
     last = getattr(getattr(exc, "last_worker", None), "address", None)
     times = f"{deaths + 1} times" if isinstance(deaths, int) else "repeatedly"
     where = f" (last on {last})" if last else ""
-    return (f"the Dask workers converting this file died {times}{where}; most likely it needs more "
+    return (f"died {times}{where}; most likely it needs more "
             "memory than a worker has (see pipelines/README.md on memory per worker)")
 
 

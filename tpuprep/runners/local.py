@@ -1,8 +1,11 @@
 """Where per-file work runs: in this process, in local worker processes, or on a Dask cluster.
 
-Every runner has the same small interface: ``submit(fn, *args)`` returns a future-like object and
-``as_completed(futures)`` yields them as they finish (each with ``.result()``), so the build loop is
-the same everywhere. Worker processes cap their Numba/Arrow/BLAS/polars threads at their share, so
+Every runner has the same small interface: ``submit(fn, *args, paths=(), on_lost=None)`` returns a
+future-like object and ``as_completed(futures)`` yields them as they finish (each with ``.result()``),
+so the build loop is the same everywhere. ``paths`` are the files and folders the task reads or
+writes (a cluster checks that its workers see them); ``on_lost(reason)`` gives the task's result when
+the infrastructure gives up on it (a Dask task whose workers keep dying). Runners know nothing else
+of the tasks they run. Worker processes cap their Numba/Arrow/BLAS/polars threads at their share, so
 N single-threaded workers use N cores, and load every Numba kernel once before their first task.
 
 Worker death is an infrastructure failure, not a property of the batch: ``ProcessRunner`` resubmits
@@ -15,65 +18,11 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-THREAD_ENV = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-              "POLARS_MAX_THREADS")
-
-
-def cap_threads(threads: int = 1) -> None:
-    """Limit this process's native thread pools to ``threads``.
-
-    The environment variables only reach libraries imported afterwards (call this before heavy
-    imports where possible); Arrow's pools are resized at once. tpuprep's Numba kernels are serial,
-    so Numba's own pool size does not matter for them.
-    """
-    threads = max(int(threads), 1)
-    for name in THREAD_ENV:
-        os.environ[name] = str(threads)
-    import pyarrow as pa
-
-    pa.set_cpu_count(threads)
-    pa.set_io_thread_count(threads)
-
-
-MMAP_THRESHOLD = 32 << 20  # glibc's largest; its default is dynamic and grows to this as large blocks are freed
-TRIM_THRESHOLD = 128 << 20
-
-
-def tune_malloc() -> bool:
-    """Let glibc reuse freed large blocks instead of unmapping them (Linux/glibc; False elsewhere).
-
-    A conversion allocates and frees arrays of megabytes per 32 MB chunk. glibc normally learns to keep
-    them (its mmap threshold grows as large blocks are freed), but setting ``MALLOC_TRIM_THRESHOLD_``
-    — which Dask's nanny does for every worker (65,536) — turns that learning off: every block over
-    128 KB is then mmapped and unmapped again, page-faulting fresh memory each time (measured: 35 %
-    slower on a 2.69 GB layout file). Fixing both thresholds restores the fast path in any worker; at
-    most 128 MB of freed memory stays mapped.
-    """
-    import ctypes
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (e.g. musl)
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
-    return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
-
-
-def warm_worker(threads: int = 1) -> None:
-    """Cap threads, tune malloc and load every Numba kernel once, so no task pays a compile or cache load."""
-    cap_threads(threads)
-    tune_malloc()
-    from ..kernels import warm
-
-    warm()
+from .worker import warm_worker
 
 
 class WorkersLost(RuntimeError):
@@ -86,7 +35,8 @@ class SerialRunner:
     name = "serial"
     workers = 1
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
+    def submit(self, fn: Callable[..., Any], *args: Any, paths: Sequence[str | os.PathLike] = (),
+               on_lost: Callable[[str], Any] | None = None) -> cf.Future:
         fut: cf.Future = cf.Future()
         try:
             fut.set_result(fn(*args))
@@ -200,7 +150,8 @@ class ProcessRunner:
         self._restart(task.generation)
         self._start(task)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> PoolTask:
+    def submit(self, fn: Callable[..., Any], *args: Any, paths: Sequence[str | os.PathLike] = (),
+               on_lost: Callable[[str], Any] | None = None) -> PoolTask:
         task = PoolTask(self, fn, args)
         self._start(task)
         return task
@@ -224,52 +175,3 @@ class ProcessRunner:
     def close(self) -> None:
         self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def task_inputs(args: tuple) -> list:
-    """The input files a build task reads (its first argument: one ``InputFile`` or a list of them)."""
-    from ..inputs import InputFile
-
-    first = args[0] if args else None
-    if isinstance(first, InputFile):
-        return [first]
-    if isinstance(first, list | tuple) and first and all(isinstance(i, InputFile) for i in first):
-        return list(first)
-    return []
-
-
-def lost_task_result(fn: Callable[..., Any], args: tuple, reason: str) -> dict | None:
-    """What a per-file task returns when the infrastructure gave up on it, or None for other tasks.
-
-    Used when the workers that ran one task kept dying (Dask's ``KilledWorker``, typically out of
-    memory): every file of the task is quarantined with ``reason`` and the batch goes on, as for any
-    other per-file error. The result has the shape of ``build.process_batch``'s; no sidecar is written,
-    so ``--resume`` tries the files again.
-    """
-    from .. import build
-
-    if fn is not getattr(build, "process_batch", None):
-        return None
-    batch, opts = task_inputs(args), args[1]
-    if len(batch) > 1:
-        reason += f" (it was converting {len(batch)} files together; all of them are set aside)"
-    records = [{"path": i.relpath, "graph_id": i.graph_id, "collection": i.collection, "kind": i.kind,
-                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": reason}
-               for i in batch]
-    files = [[i.relpath, i.size, None] for i in batch]
-    return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
-
-
-def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: str | None = None):
-    """Pick the runner for the CLI options (``--workers``, ``--scheduler``, ``--scheduler-file``).
-
-    A scheduler address or file selects an existing Dask cluster; otherwise ``workers`` > 1 starts a
-    local process pool and 1 runs everything in this process (the debugging path).
-    """
-    if scheduler or scheduler_file:
-        from .dask_cluster import DaskRunner
-
-        return DaskRunner(address=scheduler, scheduler_file=scheduler_file)
-    if workers <= 1:
-        return SerialRunner()
-    return ProcessRunner(workers)
