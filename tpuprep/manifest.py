@@ -175,12 +175,11 @@ class _Where:
     def fail(self, address: str, problem: str) -> BadShards:
         return BadShards(f"{self.path}: {address}: {problem}" if address else f"{self.path}: {problem}")
 
-    def mapping(self, value: Any, address: str, keys: Iterable[str] = ()) -> dict:
+    def mapping(self, value: Any, address: str, keys: Sequence[str] = ()) -> dict:
         if type(value) is not dict:
             raise self.fail(address, f"is {_kind(value)}, expected an object")
-        for k in keys:
-            if k not in value:
-                raise self.fail(address, f"has no {k!r}")
+        if not value.keys() >= set(keys):
+            raise self.fail(address, f"has no {next(k for k in keys if k not in value)!r}")
         return value
 
     def array(self, value: Any, address: str) -> list:
