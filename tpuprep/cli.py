@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from .errors import UsageError
+from .errors import FatalError, UsageError
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_QUARANTINED = 0, 1, 2, 3
 
@@ -226,8 +226,8 @@ def info(dst, as_json) -> None:
 
     try:
         m = read_manifest(dst)
-    except FileNotFoundError:
-        click.echo(f"error: {dst} has no manifest.json (not a finished tpuprep build)", err=True)
+    except FatalError as exc:  # BadShards: no, malformed or foreign manifest.json
+        click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FATAL)
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
@@ -250,8 +250,15 @@ def verify(src, dst, collections, splits, quiet) -> None:
     """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
     from .verify import verify as run_verify
 
-    report = run_verify(src, dst, collections=_collection_list(collections), splits=_collection_list(splits),
-                        progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
+    try:
+        report = run_verify(src, dst, collections=_collection_list(collections), splits=_collection_list(splits),
+                            progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
+    except UsageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except FatalError as exc:  # BadShards: the manifest itself cannot be trusted
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FATAL)
     for p in report.problems:
         click.echo(f"MISMATCH {p}")
     click.echo(f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "

@@ -28,6 +28,7 @@ bounded whatever its inflated size (≈ 2.6 GB as float32 for the largest real g
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,11 +37,11 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .errors import UsageError
+from .errors import BadShards, FatalError, UsageError
 from .io.npz_writer import StreamedArray, write_npz
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
-from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected
+from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected, split_graph_id
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE = 0, 1, 2
 CHUNK_BYTES = 32 << 20
@@ -102,15 +103,35 @@ def graph_members(g: GraphRecord, *, packed: bool = False, chunk_bytes: int = CH
 
 
 def npz_relpath(graph_id: str, collection: str, split: str) -> str:
-    """``layout/xla/random/train/<stem>.npz`` for a graph (the TpuGraphs tree)."""
-    stem = graph_id[len(collection) + 1 :]
+    """``layout/xla/random/train/<stem>.npz`` for a graph (the TpuGraphs tree).
+
+    The graph id comes from a shard folder, so it is checked before it becomes a path
+    (``tpugraphs.split_graph_id``: a known collection and a safe file stem); ``BadShards`` otherwise.
+    """
+    try:
+        own, stem = split_graph_id(graph_id)
+    except ValueError as exc:
+        raise BadShards(f"refusing to export: {exc}") from None
+    if own != collection or split not in SPLITS:
+        raise BadShards(f"refusing to export graph {graph_id!r}: collection {collection!r} / split {split!r} "
+                        "do not match it")
     return "/".join([*collection.split(":"), split, f"{stem}.npz"])
+
+
+def _inside(dst: Path, rel: str) -> Path:
+    """``dst / rel``, refusing (``BadShards``) any result that is not strictly inside ``dst``."""
+    target = Path(os.path.normpath(dst / rel))
+    if target == dst or not target.is_relative_to(dst):
+        raise BadShards(f"refusing to export to {target}: outside --dst-npz {dst}")
+    return target
 
 
 # --------------------------------------------------------------------------- export
 
 
-def _selected_graphs(ds: Dataset, collections: Sequence[str] | None, splits: Sequence[str] | None) -> list[str]:
+def _selected_graphs(ds: Dataset, collections: Sequence[str] | None,
+                     splits: Sequence[str] | None) -> list[tuple[str, str, str]]:
+    """(graph id, collection, split) of every selected graph, sorted by graph id."""
     if splits:
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown:
@@ -121,7 +142,7 @@ def _selected_graphs(ds: Dataset, collections: Sequence[str] | None, splits: Seq
             continue
         for split in ds.splits(coll):
             if not splits or split in splits:
-                ids += ds.graph_ids(coll, split)
+                ids += [(gid, coll, split) for gid in ds.graph_ids(coll, split)]
     return sorted(ids)
 
 
@@ -138,7 +159,8 @@ def export(
 
     ``collections`` are collection ids or prefixes (``layout:xla``, ``tile``), ``splits`` split names;
     ``packed`` writes ``node_config_feat`` as (c_u, nc, 3) int32 base-7 codes instead of decoded float32.
-    Existing files of the same name are replaced; nothing else in ``dst_npz`` is touched.
+    Existing files of the same name are replaced; nothing else in ``dst_npz`` is touched, and nothing
+    outside it: a graph id that is not a safe file name raises ``BadShards`` before anything is written.
     """
     shards, dst = Path(shards).resolve(), Path(dst_npz).resolve()
     if dst == shards or shards in dst.parents:
@@ -148,10 +170,10 @@ def export(
     if not ids:
         raise UsageError(f"no graph in {shards} matches collections={collections or 'all'} splits={splits or 'all'}")
     report = ExportReport(dst)
-    for gid in ids:
+    plan = [(gid, npz_relpath(gid, coll, split)) for gid, coll, split in ids]  # every id checked first
+    for gid, rel in plan:
         g = ds.load_graph(gid)
-        rel = npz_relpath(gid, g.collection, g.split)
-        report.bytes += write_npz(dst / rel, graph_members(g, packed=packed))
+        report.bytes += write_npz(_inside(dst, rel), graph_members(g, packed=packed))
         report.files.append(rel)
         if progress:
             progress(rel)
@@ -187,6 +209,9 @@ def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | Non
     except UsageError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except FatalError as exc:  # BadShards: a shard folder that cannot be trusted
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FATAL)
     except FileNotFoundError as exc:
         click.echo(f"error: {exc} (is {shards} a finished tpuprep build?)", err=True)
         sys.exit(EXIT_FATAL)

@@ -53,17 +53,23 @@ def is_safe_stem(stem: str) -> bool:
     return bool(SAFE_STEM.fullmatch(stem)) and not stem.endswith(".")
 
 
-def split_graph_id(gid: str) -> tuple[str, str]:
-    """(collection, stem) of a graph id; ``ValueError`` naming the id unless the collection is known
-    and the stem is safe (so it can never become a path outside its folder)."""
-    for collection in COLLECTIONS:
-        if gid.startswith(collection + ":"):
-            stem = gid[len(collection) + 1 :]
-            if is_safe_stem(stem):
-                return collection, stem
-            raise ValueError(f"graph id {gid!r}: {stem!r} is not a safe file stem "
-                             "(letters, digits and . _ + - only)")
-    raise ValueError(f"graph id {gid!r} does not start with a known collection ({', '.join(COLLECTIONS)})")
+def split_graph_id(gid: object) -> tuple[str, str]:
+    """``(collection, stem)`` of a graph id ``<collection>:<stem>``, or ``ValueError`` saying what is wrong.
+
+    The one rule for every place a graph id becomes a path: the collection must be one of
+    ``COLLECTIONS`` and the stem a safe file name (``is_safe_stem``), so no graph id can hold ``/``,
+    ``..`` or a drive.
+    """
+    if not isinstance(gid, str) or ":" not in gid:
+        raise ValueError(f"graph id {gid!r} is not '<collection>:<stem>'")
+    collection, stem = gid.rsplit(":", 1)
+    if collection not in COLLECTIONS:
+        raise ValueError(f"graph id {gid!r} has an unknown collection {collection!r} "
+                         f"(known: {', '.join(COLLECTIONS)})")
+    if not is_safe_stem(stem):
+        raise ValueError(f"graph id {gid!r}: {stem!r} is not a safe file name "
+                         "(letters, digits and . _ + - only)")
+    return collection, stem
 
 
 def npz_relpath(collection: str, split: str, stem: str) -> str:

@@ -1,30 +1,69 @@
-"""``tpuprep verify``: prove that the shards reconstruct the inputs exactly.
+"""``tpuprep verify``: prove that the shards reconstruct the inputs exactly, and that everything the shard
+folder says about them is true.
 
 Deliberately independent of the Numba kernels: every check is plain NumPy written from SPEC §2, so
-a kernel bug cannot hide behind itself. Checked per graph: shard bytes against the manifest's
-sha256; the kept node set and edge set against a NumPy breadth-first search; kept rows of node_feat
-(only zero padding may have become −1), opcodes, remapped edges, node_config_ids and node_splits; every
-original config row (streamed) against the decoded codes of its unique config via config_inverse;
-every original runtime; the minimum-runtime / group_size / first_index bookkeeping; and that the
-unique configs are pairwise distinct.
+a kernel bug cannot hide behind itself. What is checked:
+
+- the manifest: the full JSON Schema (``schemas/manifest.schema.json``) on top of the cheap check every
+  reader runs (``manifest.check_manifest``); its options are a valid ``BuildOptions``;
+- every shard file: inside the folder, a regular file, size and sha256 as in the manifest, zstd, the
+  ``table`` its metadata names and that table's columns, rows, row groups, first and last graph as in
+  the manifest; ``graphs``
+  rows hold exactly the manifest's converted graphs of that collection and split (each once, sorted);
+  ``configs`` rows are sorted by ``(graph_id, config_id)`` with ``config_id`` = 0..c_u−1 per graph and
+  each graph's rows in one shard;
+- per graph, against its input file: the kept node set and edge set (NumPy breadth-first search);
+  ``node_feat`` rows re-padded exactly by the SPEC §2.2 rule (or untouched with ``--no-repad``),
+  opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed)
+  against the decoded codes of its unique config via ``config_inverse``; every original runtime; the
+  minimum-runtime / ``group_size`` / ``first_index`` bookkeeping; with dedup, unique configs pairwise
+  distinct, without it one config per group; every scalar column of the ``graphs`` row (``num_edges``,
+  ``fold`` = ``graph_fold(graph_id, folds)``, ``source_sha256`` = the input's sha256 ...) and the
+  manifest's per-input counts;
+- per collection and split: the manifest's totals (sums of the per-input counts, shard bytes) and the
+  train ``node_feat_stats`` recomputed from the shards' feature rows.
+
+Options that leave no trace in the shards (``chunk_bytes``, ``row_group_bytes``, ``shard_bytes``, the
+zstd level) are checked for type and range only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
+import stat
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from .errors import BadInput
-from .inputs import discover
+from .errors import BadInput, BadShards
+from .inputs import InputFile, discover
 from .io.files import sha256_file
 from .io.npz import NpzFile
 from .kernels.base7 import decode_base7
-from .shards.reader import Dataset, GraphRecord, open_dataset
-from .tpugraphs import REPADDED_COLUMNS, selected
+from .shards.layout import MANIFEST
+from .shards.manifest import COUNT_FIELDS, validate_schema
+from .shards.reader import (
+    Dataset,
+    GraphRecord,
+    check_shard_schema,
+    open_dataset,
+    open_parquet,
+    read_row_group,
+)
+from .tpugraphs import (
+    FEATURE_STATS_COLUMNS,
+    OPCODE_CONVOLUTION,
+    graph_fold,
+    selected,
+)
 
 
 @dataclass
@@ -36,6 +75,23 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+@dataclass
+class InputFacts:
+    """What an input file and the build options say a graph's shards must hold (recomputed here).
+
+    Counts of the input (``*_before``, ``configs``) and of the kept graph (``*_after``), re-padding
+    anomalies among the kept nodes (0 with ``--no-repad``), configurable nodes (None for tile).
+    """
+
+    nodes_before: int
+    edges_before: int
+    configs: int
+    nodes_after: int
+    edges_after: int
+    anomalies: int
+    config_nodes: int | None
 
 
 def hop_distances(edge_index: np.ndarray, n: int, sources: np.ndarray, max_hops: int) -> np.ndarray:
@@ -66,6 +122,31 @@ def _expected_structure(edge_index, n, config_ids, options) -> tuple[np.ndarray,
     keep_edge = keep_node[edge_index[:, 0]] & keep_node[edge_index[:, 1]] & (
         ((du >= 0) & (du <= near)) | ((dv >= 0) & (dv <= near)))
     return np.flatnonzero(keep_node), keep_edge
+
+
+def repad_reference(feat: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC §2.2 in plain NumPy: the re-padded copy (n, 140) float32 of ``feat`` (n, 140) float32 and the
+    anomaly mask (n,) bool (first r layout entries not a permutation of 0..r−1); ``opcode`` (n,)."""
+    dims = feat[:, 21:27] != 0
+    r_dims = np.where(dims.any(1), 6 - np.argmax(dims[:, ::-1], axis=1), 0)
+    layout = feat[:, 134:140]
+    r_perm = np.trunc(np.clip(layout.max(1), -1.0, 5.0)).astype(np.int64) + 1
+    r = np.maximum(r_dims, r_perm)
+    r[(r_dims == 0) & (feat[:, 28] == 1.0)] = 0
+    r[feat[:, 18] == 1.0] = 0
+    out = feat.copy()
+    slot = np.arange(6)
+    out[:, 134:140][slot[None, :] >= r[:, None]] = -1.0
+    spatial = np.where(np.asarray(opcode) == OPCODE_CONVOLUTION, np.minimum(np.maximum(r - 2, 0), 4), 0)
+    pad = np.arange(4)[None, :] >= spatial[:, None]
+    out[:, 95:99][pad] = -1.0
+    out[:, 101:105][pad] = -1.0
+    head = slot[None, :] < r[:, None]
+    fine = (layout == np.trunc(layout)) & (layout >= 0) & (layout < r[:, None])
+    value = np.where(head & fine, layout, -1).astype(np.int64)
+    repeated = np.stack([(value == k).sum(1) for k in range(6)], axis=1) > 1
+    anomalous = (head & ~fine).any(1) | repeated.any(1)
+    return out, anomalous
 
 
 def _check(cond: bool, problems: list[str], gid: str, what: str) -> bool:
@@ -101,44 +182,67 @@ def _check_groups(g: GraphRecord, runtime: np.ndarray | None, normalizer: np.nda
     _check(chosen == [best_ratio[i] for i in range(u)], problems, gid, "tile runtime/normalizer is not the group minimum")
 
 
-def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems: list[str]) -> None:
-    """Check one graph of ``ds`` against its input file ``path`` (appends to ``problems``)."""
-    g = ds.load_graph(graph_id)
+def _check_dedup(g: GraphRecord, options: dict, problems: list[str]) -> None:
+    """With dedup, the unique configs are pairwise distinct (by value); without it, one config per group."""
+    gid = g.graph_id
+    if not options["dedup"]:
+        _check(g.num_unique_configs == g.num_configs and np.array_equal(g.config_inverse, np.arange(g.num_configs)),
+               problems, gid, "options say --no-dedup, but configs were merged")
+        return
+    if g.config_codes is not None:
+        flat = g.config_codes.reshape(len(g.config_codes), -1)
+    else:  # by value: -0.0 equals 0.0
+        flat = (np.asarray(g.config_feat, np.float32) + np.float32(0)).view(np.uint32)
+    distinct = len(np.unique(flat, axis=0)) if len(flat) else 0
+    _check(distinct == len(flat), problems, gid, "unique configs are not pairwise distinct")
+
+
+def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems: list[str],
+                 record: GraphRecord | None = None) -> InputFacts:
+    """Check one graph of ``ds`` (``record``, loaded if None) against its input file ``path`` (appends
+    to ``problems``); returns what the input says the graph's counts must be."""
+    g = ds.load_graph(graph_id) if record is None else record
     gid = graph_id
+    layout = g.kind == "layout"
     with NpzFile(path) as f:
         feat = f.read("node_feat").astype(np.float32)
         n = len(feat)
         opcode = f.read("node_opcode")
         edges = f.read("edge_index").reshape(-1, 2).astype(np.int64)
-        layout = g.config_codes is not None
         ids = f.read("node_config_ids").astype(np.int64) if layout else None
+        runtime = f.read("config_runtime").astype(np.int64)
         nodes, edge_mask = _expected_structure(edges, n, ids, options)
+        kept = feat[nodes]
+        if options["repad"]:
+            kept, anomalous = repad_reference(kept, opcode[nodes])
+        else:
+            anomalous = np.zeros(len(nodes), bool)
+        facts = InputFacts(n, len(edges), len(runtime), len(nodes), int(edge_mask.sum()), int(anomalous.sum()),
+                           len(ids) if layout else None)
         if not _check(np.array_equal(g.node_index, nodes), problems, gid, "kept node set differs from the pruning rule"):
-            return
-        kept = feat[g.node_index]
-        stored = g.node_feat.copy()
-        pads = np.zeros(140, bool)
-        pads[REPADDED_COLUMNS] = True
-        repadded = (stored == -1) & (kept == 0) & pads
-        stored[repadded] = 0
-        _check(np.array_equal(stored, kept), problems, gid, "node_feat differs from the input beyond -1 re-padding")
+            return facts
+        rule = "re-padded by the SPEC §2.2 rule" if options["repad"] else "unchanged (options say --no-repad)"
+        _check(g.node_feat.shape == kept.shape and np.array_equal(g.node_feat, kept), problems, gid,
+               f"node_feat differs from the input's kept rows {rule}")
         _check(np.array_equal(g.node_opcode, opcode[g.node_index]), problems, gid, "node_opcode differs")
-        _check(np.array_equal(g.node_index[g.edge_index].reshape(-1, 2), edges[edge_mask]),
+        _check(g.edge_index.max(initial=-1) < len(g.node_index) and g.edge_index.min(initial=0) >= 0
+               and np.array_equal(g.node_index[g.edge_index].reshape(-1, 2), edges[edge_mask]),
                problems, gid, "edges differ from the input's kept edges (or their order)")
         labelled = g.split != "test"
-        runtime = f.read("config_runtime").astype(np.int64)
         if labelled:
             _check(g.config_runtime_original is not None and np.array_equal(g.config_runtime_original, runtime),
                    problems, gid, "original runtimes differ")
         else:
             _check(g.config_runtime_original is None, problems, gid, "test graph stores runtimes")
+        if not _check(len(g.config_inverse) == len(runtime), problems, gid,
+                      f"config_inverse has {len(g.config_inverse)} entries, input has {len(runtime)} configs"):
+            return facts
+        _check_dedup(g, options, problems)
         if layout:
-            _check(np.array_equal(g.node_index[g.node_config_ids], ids), problems, gid, "node_config_ids differ")
+            _check(g.node_config_ids.max(initial=-1) < len(g.node_index)
+                   and np.array_equal(g.node_index[g.node_config_ids], ids), problems, gid, "node_config_ids differ")
             splits = f.read("node_splits").reshape(-1)
             _check(np.array_equal(g.node_splits, np.searchsorted(g.node_index, splits)), problems, gid, "node_splits differ")
-            c = f.members["node_config_feat"].shape[0]
-            if not _check(len(g.config_inverse) == c, problems, gid, f"config_inverse has {len(g.config_inverse)} entries, input has {c} configs"):
-                return
             decoded = decode_base7(g.config_codes)
             for start, chunk in f.iter_rows("node_config_feat", max(1, (16 << 20) // max(chunk_row_bytes(f), 1))):
                 rows = decoded[g.config_inverse[start : start + len(chunk)]]
@@ -146,10 +250,6 @@ def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems
                     bad = int(np.flatnonzero((rows != chunk).reshape(len(chunk), -1).any(1))[0])
                     problems.append(f"{gid}: original config row {start + bad} is not reconstructed")
                     break
-            flat = g.config_codes.reshape(len(g.config_codes), -1)
-            distinct = len(np.unique(flat, axis=0)) if len(flat) else 0
-            if options["dedup"]:
-                _check(distinct == len(flat), problems, gid, "unique configs are not pairwise distinct")
             _check_groups(g, runtime if labelled else None, None, problems)
         else:
             cfeat = f.read("config_feat").astype(np.float32)
@@ -159,6 +259,7 @@ def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems
                 _check(g.config_runtime_normalizers_original is not None
                        and np.array_equal(g.config_runtime_normalizers_original, norm), problems, gid, "original normalizers differ")
             _check_groups(g, runtime if labelled else None, norm if labelled else None, problems)
+    return facts
 
 
 def chunk_row_bytes(f: NpzFile) -> int:
@@ -166,22 +267,254 @@ def chunk_row_bytes(f: NpzFile) -> int:
     return int(np.prod(m.shape[1:])) * m.dtype.itemsize
 
 
+# --------------------------------------------------------------------------- graphs row, counts
+
+
+def _check_graph_row(ds: Dataset, inp: InputFile, entry: dict, sha: str, facts: InputFacts,
+                     problems: list[str]) -> None:
+    """Every scalar column of the graph's ``graphs`` row and the manifest's per-input counts."""
+    gid = inp.graph_id
+    row = ds.graph_row(gid)
+    unique = row.get("num_unique_configs")  # == the configs rows (the reader checks), checked by _check_groups
+    want = {"graph_id": gid, "collection": inp.collection, "split": inp.split, "source_file": inp.relpath,
+            "source_sha256": sha, "source_bytes": inp.size, "fold": graph_fold(gid, ds.manifest["options"]["folds"]),
+            "num_nodes_original": facts.nodes_before, "num_edges_original": facts.edges_before,
+            "num_nodes": facts.nodes_after, "num_edges": facts.edges_after, "num_configs": facts.configs,
+            "num_repad_anomalies": facts.anomalies}
+    if facts.config_nodes is not None:
+        want["num_config_nodes"] = facts.config_nodes
+    for name, value in want.items():
+        if row.get(name) != value:
+            problems.append(f"{gid}: graphs column {name} is {row.get(name)!r}, expected {value!r}")
+    counts = {"configs": facts.configs, "unique_configs": unique, "nodes_before": facts.nodes_before,
+              "nodes_after": facts.nodes_after, "edges_before": facts.edges_before,
+              "edges_after": facts.edges_after, "bytes_in": inp.size, "anomalies": facts.anomalies}
+    for name, value in counts.items():
+        if entry["counts"].get(name) != value:
+            problems.append(f"{inp.relpath}: manifest counts.{name} is {entry['counts'].get(name)!r}, expected {value!r}")
+    if entry["bytes"] != inp.size:
+        problems.append(f"{inp.relpath}: manifest bytes is {entry['bytes']}, the file has {inp.size}")
+
+
+def _check_totals(manifest: dict, problems: list[str]) -> None:
+    """Per collection and split: counts are the sums of the per-input counts; bytes_out of the shard bytes."""
+    expect: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: dict.fromkeys(COUNT_FIELDS, 0)))
+    for entry in manifest["inputs"]:
+        if entry["status"] != "ok":
+            continue
+        coll, split = entry["graph_id"].rsplit(":", 1)[0], entry["path"].split("/")[-2]
+        for target in (expect[coll][split], expect[coll]["<totals>"]):
+            target["graphs"] += 1
+            for k, v in entry["counts"].items():
+                if k in target and k != "bytes_out":
+                    target[k] += v
+    for shard in manifest["shards"]:
+        for split in (shard["split"], "<totals>"):
+            expect[shard["collection"]][split]["bytes_out"] += shard["bytes"]
+    listed = manifest["collections"]
+    for coll in sorted(set(expect) | set(listed)):
+        if coll not in listed or coll not in expect:
+            problems.append(f"{MANIFEST}: collection {coll} is {'missing from' if coll not in listed else 'listed in'} "
+                            f"collections, but has {'converted inputs' if coll in expect else 'no converted input'}")
+            continue
+        have = {**listed[coll]["splits"], "<totals>": listed[coll]["totals"]}
+        for split in sorted(set(have) | set(expect[coll])):
+            where = f"collections[{coll!r}]." + ("totals" if split == "<totals>" else f"splits.{split}")
+            got, want = have.get(split), expect[coll].get(split)
+            if got is None or want is None:
+                problems.append(f"{MANIFEST}: {where} is {'missing' if got is None else 'listed without converted inputs'}")
+                continue
+            for k in COUNT_FIELDS:
+                if got.get(k) != want[k]:
+                    problems.append(f"{MANIFEST}: {where}.{k} is {got.get(k)!r}, the inputs and shards sum to {want[k]}")
+
+
+def _check_quarantine(manifest: dict, problems: list[str]) -> None:
+    listed = [q.get("file") for q in manifest["quarantine"]]
+    want = [e["path"] for e in manifest["inputs"] if e["status"] != "ok"]
+    if listed != want:
+        problems.append(f"{MANIFEST}: quarantine lists {len(listed)} files, inputs have {len(want)} quarantined ones "
+                        "(or in another order)")
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _moments(node_feat: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """(count, mean (134,), sum of squared deviations (134,)) of node_feat[:, :134] in float64."""
+    x = np.asarray(node_feat, np.float64)[:, :FEATURE_STATS_COLUMNS]
+    if not len(x):
+        return 0, np.zeros(FEATURE_STATS_COLUMNS), np.zeros(FEATURE_STATS_COLUMNS)
+    mean = x.mean(axis=0)
+    return len(x), mean, ((x - mean) ** 2).sum(axis=0)
+
+
+def _check_stats(ds: Dataset, moments: dict[str, tuple], collections, problems: list[str]) -> None:
+    """Each selected collection's ``node_feat_stats`` against its train graphs' feature rows, pooled
+    directly (not by the build's sequential merge); graphs not loaded during the run are read now."""
+    for coll, info in ds.manifest["collections"].items():
+        if not selected(coll, collections):
+            continue
+        parts = []
+        for gid in ds.graph_ids(coll, "train"):
+            if gid not in moments:
+                try:
+                    moments[gid] = _moments(ds.load_graph(gid).node_feat)
+                except BadShards as exc:
+                    problems.append(f"{gid}: cannot be read for the statistics: {exc}")
+                    continue
+            parts.append(moments[gid])
+        count = sum(p[0] for p in parts)
+        stats = info["node_feat_stats"]
+        where = f"{MANIFEST}: collections[{coll!r}].node_feat_stats"
+        if count == 0 or stats is None:
+            if (count == 0) != (stats is None):
+                problems.append(f"{where} is {'null' if stats is None else 'set'}, the train split has {count} kept nodes")
+            continue
+        mean = sum(p[0] * p[1] for p in parts) / count
+        m2 = sum(p[2] + p[0] * (p[1] - mean) ** 2 for p in parts)
+        std = np.sqrt(m2 / count)
+        if stats["count"] != count:
+            problems.append(f"{where}.count is {stats['count']}, the train split has {count} kept nodes")
+        for name, want in (("mean", mean), ("std", std)):
+            got = np.asarray(stats[name], np.float64)
+            close = np.isclose(got, want, rtol=1e-9, atol=1e-9)
+            if not close.all():
+                j = int(np.flatnonzero(~close)[0])
+                problems.append(f"{where}.{name}[{j}] is {got[j]!r}, the train rows give {want[j]!r}")
+
+
+# --------------------------------------------------------------------------- shard files
+
+
+def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | None:
+    """The checked file of shard entry ``i`` (inside the folder, regular, bytes and sha256 as listed)."""
+    shard = ds.manifest["shards"][i]
+    if not os.path.lexists(ds.root / shard["path"]):
+        problems.append(f"{shard['path']}: shard is missing")
+        return None
+    try:
+        path = ds.shard_path(i)
+    except BadShards as exc:
+        problems.append(str(exc))
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:  # fstat: the file hashed is the regular file checked
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size == shard["bytes"]:
+            while block := fh.read(1 << 22):
+                digest.update(block)
+    if not stat.S_ISREG(st.st_mode) or st.st_size != shard["bytes"] or digest.hexdigest() != shard["sha256"]:
+        problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
+        return None
+    return path
+
+
+def _column(pf, path: Path, name: str) -> pa.ChunkedArray:
+    return pa.chunked_array([read_row_group(pf, path, rg, [name]).column(0)
+                             for rg in range(pf.metadata.num_row_groups)])
+
+
+def _check_shard_layout(path: Path, shard: dict, problems: list[str], graph_rows: dict,
+                        config_rows: dict) -> None:
+    """One shard's footer and id columns against its manifest entry; records where graphs live."""
+    rel = shard["path"]
+    pf = open_parquet(path)
+    check_shard_schema(pf, path, shard["table"])
+    meta = pf.metadata
+    for what, got, want in (("rows", meta.num_rows, shard["rows"]), ("row groups", meta.num_row_groups, shard["row_groups"])):
+        if got != want:
+            problems.append(f"{rel}: holds {what} {got!r}, the manifest says {want!r}")
+            return
+    codecs = {meta.row_group(rg).column(c).compression for rg in range(meta.num_row_groups)
+              for c in range(meta.num_columns)}
+    if codecs - {"ZSTD"}:
+        problems.append(f"{rel}: compressed with {sorted(codecs)}, tpuprep writes zstd")
+    ids = _column(pf, path, "graph_id").combine_chunks()
+    if len(ids) and (ids[0].as_py() != shard["first_graph"] or ids[-1].as_py() != shard["last_graph"]):
+        problems.append(f"{rel}: graphs {ids[0]}..{ids[-1]}, the manifest says {shard['first_graph']}..{shard['last_graph']}")
+    if len(ids) > 1 and pc.any(pc.less(ids[1:], ids[:-1])).as_py():
+        problems.append(f"{rel}: rows are not sorted by graph_id")
+    key = (shard["collection"], shard["split"])
+    if shard["table"].endswith("_graphs"):
+        for name in ("collection", "split"):
+            values = set(_column(pf, path, name).to_pylist())
+            if values - {shard[name]}:
+                problems.append(f"{rel}: {name} column holds {sorted(values)}, the shard is {shard[name]!r}")
+        unique = _column(pf, path, "num_unique_configs").to_pylist()
+        graph_rows[key] += zip(ids.to_pylist(), [rel] * len(ids), unique, strict=True)
+        return
+    config_ids = _column(pf, path, "config_id").to_numpy()
+    changes = np.flatnonzero(pc.not_equal(ids[1:], ids[:-1]).to_numpy(zero_copy_only=False)) + 1 if len(ids) > 1 else []
+    bounds = [0, *(int(j) for j in changes), len(ids)] if len(ids) else []
+    for start, stop in itertools.pairwise(bounds):  # a graph's configs rows are consecutive
+        gid = ids[start].as_py()
+        if not np.array_equal(config_ids[start:stop], np.arange(stop - start)):
+            problems.append(f"{rel}: configs rows of {gid} are not config_id 0..{stop - start - 1} in order")
+        config_rows[key].append((gid, rel, stop - start))
+
+
+def _check_shards(ds: Dataset, report: VerifyReport) -> None:
+    """Every shard file, then: the graphs rows and configs rows of each (collection, split) belong to
+    exactly the manifest's converted graphs, each once, in as many configs rows as its graphs row says."""
+    problems = report.problems
+    graph_rows: dict[tuple[str, str], list] = defaultdict(list)
+    config_rows: dict[tuple[str, str], list] = defaultdict(list)
+    for i, shard in enumerate(ds.manifest["shards"]):
+        report.shards_checked += 1
+        path = _shard_file(ds, i, problems)
+        if path is None:
+            continue
+        try:
+            _check_shard_layout(path, shard, problems, graph_rows, config_rows)
+        except BadShards as exc:
+            problems.append(str(exc))
+    listed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for entry in ds.manifest["inputs"]:
+        if entry["status"] == "ok":
+            listed[(entry["graph_id"].rsplit(":", 1)[0], entry["path"].split("/")[-2])].add(entry["graph_id"])
+    for key in sorted(set(listed) | set(graph_rows) | set(config_rows)):
+        where = f"{key[0]} {key[1]}"
+        for table, rows in (("graphs", graph_rows[key]), ("configs", config_rows[key])):
+            seen: dict[str, str] = {}
+            for gid, rel, *_ in rows:
+                if gid in seen:
+                    problems.append(f"{rel}: {table} rows of {gid} also in {seen[gid]}" if seen[gid] != rel
+                                    else f"{rel}: {gid} has more than one graphs row")
+                seen[gid] = rel
+            extra, missing = sorted(set(seen) - listed[key]), sorted(listed[key] - set(seen))
+            if extra:
+                problems.append(f"{where}: {table} shards hold {len(extra)} graphs the manifest does not list, e.g. {extra[0]}")
+            if missing:
+                problems.append(f"{where}: {table} shards lack {len(missing)} graphs the manifest lists, e.g. {missing[0]}")
+        have = {gid: (rel, k) for gid, rel, k in config_rows[key]}
+        for gid, rel, unique in graph_rows[key]:
+            if gid in have and have[gid][1] != unique:
+                problems.append(f"{have[gid][0]}: {have[gid][1]} configs rows of {gid}, its graphs row in {rel} "
+                                f"says num_unique_configs {unique}")
+
+
+# --------------------------------------------------------------------------- verify
+
+
 def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
            progress: Callable[[str], None] | None = None) -> VerifyReport:
-    """Verify every shard's bytes and every graph of ``dst`` against the inputs under ``src``."""
+    """Verify the manifest, every shard and every graph of ``dst`` against the inputs under ``src``.
+
+    Raises ``BadShards`` when ``dst`` cannot be opened at all (no or malformed manifest); everything
+    else found wrong is a line of ``report.problems``.
+    """
     report = VerifyReport()
     ds = open_dataset(dst)
-    root = Path(dst)
-    for shard in ds.manifest["shards"]:
-        path = root / shard["path"]
-        report.shards_checked += 1
-        if not path.exists():
-            report.problems.append(f"{shard['path']}: shard is missing")
-        elif path.stat().st_size != shard["bytes"] or sha256_file(path) != shard["sha256"]:
-            report.problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
+    problem = validate_schema(ds.manifest, ds.root / MANIFEST)
+    if problem:
+        report.problems.append(problem)
+    _check_shards(ds, report)
+    options = ds.manifest["options"]
     inputs, _ = discover(src, collections, splits)
     listed = {i["path"]: i for i in ds.manifest["inputs"]}
     present = set()
+    moments: dict[str, tuple] = {}
     for inp in inputs:
         present.add(inp.relpath)
         entry = listed.get(inp.relpath)
@@ -190,11 +523,16 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
             continue
         if entry["status"] != "ok":
             continue
-        if sha256_file(inp.path) != entry["sha256"]:
+        sha = sha256_file(inp.path)
+        if sha != entry["sha256"]:
             report.problems.append(f"{inp.relpath}: input changed since the build (sha256 differs)")
             continue
         try:
-            verify_graph(ds, inp.path, inp.graph_id, ds.manifest["options"], report.problems)
+            g = ds.load_graph(inp.graph_id)
+            if inp.split == "train":
+                moments[inp.graph_id] = _moments(g.node_feat)
+            facts = verify_graph(ds, inp.path, inp.graph_id, options, report.problems, g)
+            _check_graph_row(ds, inp, entry, sha, facts, report.problems)
         except (BadInput, OSError, KeyError, ValueError) as exc:
             report.problems.append(f"{inp.graph_id}: cannot be checked: {exc}")
         report.graphs_checked += 1
@@ -206,4 +544,8 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
         collection, split = entry["graph_id"].rsplit(":", 1)[0], path.split("/")[-2]
         if selected(collection, collections) and (not splits or split in splits):
             report.problems.append(f"{path}: in the manifest but not under --src")
+    _check_totals(ds.manifest, report.problems)
+    _check_quarantine(ds.manifest, report.problems)
+    if not splits or "train" in splits:
+        _check_stats(ds, moments, collections, report.problems)
     return report

@@ -3,25 +3,57 @@
 Only pyarrow is used. A graph's configs are found through the Parquet row-group statistics on
 ``graph_id``, so loading one layout graph decompresses only that graph's row groups. Arrays come back
 as NumPy views of the Arrow buffers where Arrow allows it (no per-element Python work).
+
+A shard folder is not trusted blindly (``BadShards``, one line naming the file and what is wrong):
+the manifest is checked on open (``manifest.check_manifest``: format, major schema version, options,
+graph ids, every entry's shape); every file it names must stay inside the folder (relative, no ``..``,
+no symbolic link leading out) and be a regular file; every Parquet page's CRC-32 is verified as it is
+read; and a graph's rows must be where the manifest says, in the numbers its ``graphs`` row says.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import re
+import stat
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import BadShards, UsageError
+from ..io.files import looks_like_url
 from ..kernels.base7 import decode_base7
 from ..tpugraphs import collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import read_manifest
+from .schema import table_schema
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet)."""
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as exc:
+        raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
+
+
+def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] | None = None) -> pa.Table:
+    """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
+    try:
+        return pf.read_row_group(rg, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise BadShards(f"{path}: row group {rg} is corrupt: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -112,30 +144,58 @@ class GraphRecord:
         return decode_base7(codes)
 
 
-class _ShardIndex:
-    """Where each graph of one (collection, split) lives: graphs row and configs row groups."""
+def shard_table(pf: pq.ParquetFile) -> str:
+    """The ``table`` recorded in a shard's key-value metadata (``layout_graphs`` ...)."""
+    meta = pf.schema_arrow.metadata or {}
+    return meta.get(b"table", b"").decode(errors="replace")
 
-    def __init__(self, root: Path, graph_shards: list[str], config_shards: list[str]):
-        self.root = root
-        self.graph_rows: dict[str, tuple[str, int, int]] = {}
-        for rel in graph_shards:
-            pf = pq.ParquetFile(root / rel)
-            for rg in range(pf.metadata.num_row_groups):
-                ids = pf.read_row_group(rg, columns=["graph_id"]).column(0).to_pylist()
-                for i, gid in enumerate(ids):
-                    self.graph_rows[gid] = (rel, rg, i)
-        self.config_groups: list[tuple[str, str, str, int]] = []  # (min id, max id, shard, row group)
-        for rel in config_shards:
-            meta = pq.ParquetFile(root / rel).metadata
+
+def check_shard_schema(pf: pq.ParquetFile, path: Path, table: str) -> None:
+    """``BadShards`` unless the shard holds ``table`` with every column of its schema file, of the
+    same type and nullability (a newer minor version may add columns)."""
+    if shard_table(pf) != table:
+        raise BadShards(f"{path}: holds table {shard_table(pf)!r}, the manifest says {table!r}")
+    have = pf.schema_arrow
+    for want in table_schema(table).arrow:
+        i = have.get_field_index(want.name)
+        if i < 0 or have.field(i).type != want.type or have.field(i).nullable != want.nullable:
+            found = f"{have.field(i).type}{'' if have.field(i).nullable else ' not null'}" if i >= 0 else "missing"
+            raise BadShards(f"{path}: column {want.name} is {found}, the {table} schema says {want.type}"
+                            f"{'' if want.nullable else ' not null'}")
+
+
+class _ShardIndex:
+    """Where each graph of one (collection, split) lives: graphs row and configs row groups.
+
+    ``shards``: (path, table) of the collection's and split's shards, paths already confined to the
+    dataset folder."""
+
+    def __init__(self, shards: list[tuple[Path, str]]):
+        self.graph_rows: dict[str, tuple[Path, int, int]] = {}
+        self.config_groups: list[tuple[str, str, Path, int]] = []  # (min id, max id, shard, row group)
+        for path, table in shards:
+            pf = open_parquet(path)
+            check_shard_schema(pf, path, table)
+            if table.endswith("_graphs"):
+                for rg in range(pf.metadata.num_row_groups):
+                    ids = read_row_group(pf, path, rg, ["graph_id"]).column(0).to_pylist()
+                    for i, gid in enumerate(ids):
+                        if gid in self.graph_rows:
+                            raise BadShards(f"{path}: a second graphs row of {gid!r} (row group {rg})")
+                        self.graph_rows[gid] = (path, rg, i)
+                continue
+            meta = pf.metadata
             col = meta.schema.names.index("graph_id")
             for rg in range(meta.num_row_groups):
                 stats = meta.row_group(rg).column(col).statistics
                 if meta.row_group(rg).num_rows:
-                    self.config_groups.append((stats.min, stats.max, rel, rg))
+                    if stats is None or not stats.has_min_max:
+                        raise BadShards(f"{path}: row group {rg} has no graph_id statistics")
+                    self.config_groups.append((stats.min, stats.max, path, rg))
         self.config_groups.sort()
         self._mins = [g[0] for g in self.config_groups]
 
-    def config_row_groups(self, graph_id: str) -> list[tuple[str, int]]:
+    def config_row_groups(self, graph_id: str) -> list[tuple[Path, int]]:
         """Row groups whose graph_id range covers ``graph_id`` (sorted, so a bisect finds them)."""
         hi = bisect.bisect_right(self._mins, graph_id)
         out = []
@@ -151,13 +211,14 @@ class Dataset:
     """A folder of tpuprep shards, described by its ``manifest.json``."""
 
     def __init__(self, root: str | Path, cache_row_groups: int = 4):
+        if looks_like_url(root):
+            raise UsageError(f"{root}: object stores and URLs are not supported yet; "
+                             "copy the shard folder to a local disk and open that")
         self.root = Path(root)
-        if not (self.root / MANIFEST).is_file():
-            raise FileNotFoundError(f"{self.root} has no manifest.json: not a finished tpuprep build "
-                                    "(an interrupted build is finished with tpuprep build --resume)")
         self.manifest = read_manifest(self.root)
+        self._real_root = self.root.resolve()
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
-        self._cache: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
 
     def __repr__(self) -> str:
@@ -192,44 +253,97 @@ class Dataset:
         """The graph's grouped K-fold id (K = the build's --folds)."""
         return graph_fold(graph_id, self.manifest["options"]["folds"])
 
+    def shard_path(self, i: int) -> Path:
+        """The file of ``manifest["shards"][i]``, confined to the dataset folder: a relative POSIX path
+        without ``..`` that resolves (symbolic links followed) inside the folder to a regular file.
+        Anything else is ``BadShards`` naming the manifest entry."""
+        rel = self.manifest["shards"][i]["path"]
+
+        def bad(problem: str) -> BadShards:
+            return BadShards(f"{self.root / MANIFEST}: shards[{i}].path {rel!r}: {problem}")
+
+        pure = PurePosixPath(rel) if isinstance(rel, str) else None
+        if pure is None or not rel or "\\" in rel or "\0" in rel:
+            raise bad("is not a relative POSIX path")
+        if pure.is_absolute() or re.match(r"[A-Za-z]:", rel):
+            raise bad("is an absolute path; shard paths are relative to the manifest's folder")
+        if ".." in pure.parts:
+            raise bad("contains '..'; shard paths must stay inside the shard folder")
+        try:
+            real = (self._real_root / pure).resolve(strict=True)
+        except FileNotFoundError:
+            raise bad("the file does not exist") from None
+        except (OSError, RuntimeError) as exc:
+            raise bad(f"cannot be resolved: {_one_line(exc)}") from None
+        if not real.is_relative_to(self._real_root):
+            raise bad(f"leads outside the shard folder (to {real}) through a symbolic link")
+        if not stat.S_ISREG(os.lstat(real).st_mode):
+            raise bad("is not a regular file")
+        return real
+
     def _index(self, collection: str, split: str) -> _ShardIndex:
         key = (collection, split)
         if key not in self._indexes:
-            shards = [s for s in self.manifest["shards"] if s["collection"] == collection and s["split"] == split]
-            self._indexes[key] = _ShardIndex(
-                self.root, [s["path"] for s in shards if s["table"].endswith("_graphs")],
-                [s["path"] for s in shards if s["table"].endswith("_configs")])
+            shards = [(self.shard_path(i), s["table"]) for i, s in enumerate(self.manifest["shards"])
+                      if s["collection"] == collection and s["split"] == split]
+            self._indexes[key] = _ShardIndex(shards)
         return self._indexes[key]
 
-    def _row_group(self, rel: str, rg: int) -> pa.Table:
-        key = (rel, rg)
+    def _row_group(self, path: Path, rg: int) -> pa.Table:
+        key = (path, rg)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        table = pq.ParquetFile(self.root / rel).read_row_group(rg)
+        table = read_row_group(open_parquet(path), path, rg)
         self._cache[key] = table
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return table
 
-    def load_graph(self, graph_id: str) -> GraphRecord:
-        """Load one graph and all its unique configs."""
+    def _graph_row_group(self, graph_id: str) -> tuple[_ShardIndex, Path, pa.Table, int]:
+        """(index of its collection and split, graphs shard, row group table, row) of a listed graph."""
         if graph_id not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         collection, split = self._graphs[graph_id]
         index = self._index(collection, split)
-        rel, rg, row = index.graph_rows[graph_id]
-        g = self._row_group(rel, rg)
+        if graph_id not in index.graph_rows:
+            raise BadShards(f"{self.root / MANIFEST}: graph {graph_id!r} is listed, but no {split} graphs "
+                            f"shard of {collection} holds it")
+        path, rg, row = index.graph_rows[graph_id]
+        return index, path, self._row_group(path, rg), row
+
+    def load_graph(self, graph_id: str) -> GraphRecord:
+        """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
+        the shards do not hold it as the manifest says)."""
+        index, path, g, row = self._graph_row_group(graph_id)
+        collection, split = self._graphs[graph_id]
+        groups = index.config_row_groups(graph_id)
+        try:
+            pieces = []
+            for cpath, crg in groups:
+                t = self._row_group(cpath, crg)
+                if collection.startswith("tile:"):
+                    t = t.filter(pc.equal(t.column("graph_id"), graph_id))
+                pieces.append(t)
+            return self._record(graph_id, collection, split, g, row, pieces)
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+            if isinstance(exc, BadShards):
+                raise
+            where = ", ".join(sorted({str(path), *(str(p) for p, _ in groups)}))
+            raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
+
+    def _record(self, graph_id: str, collection: str, split: str, g: pa.Table, row: int,
+                pieces: list[pa.Table]) -> GraphRecord:
+        """Assemble a GraphRecord from the graph's row (``g``, row ``row``) and its configs rows."""
         kind = collection_kind(collection)
-        pieces = []
-        for crel, crg in index.config_row_groups(graph_id):
-            t = self._row_group(crel, crg)
-            if kind == "tile":
-                t = t.filter(pc.equal(t.column("graph_id"), graph_id))
-            pieces.append(t)
-        configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        scalar = {name: g.column(name)[row].as_py() for name in ("fold", "source_file", "num_config_nodes")
+        scalar = {name: g.column(name)[row].as_py()
+                  for name in ("fold", "source_file", "num_config_nodes", "num_unique_configs")
                   if name in g.column_names}
+        rows = sum(p.num_rows for p in pieces)
+        if rows != scalar["num_unique_configs"]:
+            raise ValueError(f"{rows} configs rows, its graphs row says num_unique_configs "
+                             f"{scalar['num_unique_configs']}")
+        configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         record = GraphRecord(
             graph_id=graph_id, collection=collection, split=split, fold=scalar["fold"],
             source_file=scalar["source_file"],
@@ -255,6 +369,13 @@ class Dataset:
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
         return record
 
+    def graph_row(self, graph_id: str) -> dict:
+        """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``
+        ...) as Python values: what the shards say about the graph besides its arrays."""
+        _, _, g, row = self._graph_row_group(graph_id)
+        return {f.name: g.column(f.name)[row].as_py() for f in g.schema
+                if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
+
     def iter_graphs(self, collection: str | None = None, split: str | None = None):
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
         for gid in self.graph_ids(collection, split):
@@ -262,5 +383,9 @@ class Dataset:
 
 
 def open_dataset(path: str | Path) -> Dataset:
-    """Open a shard folder written by ``tpuprep build`` (reads its manifest.json)."""
+    """Open a shard folder written by ``tpuprep build`` (reads and checks its manifest.json).
+
+    Raises ``BadShards`` for a folder that cannot be trusted (no, malformed or foreign manifest, unknown
+    format or major schema version) and ``UsageError`` for a URL (object stores are not supported yet).
+    """
     return Dataset(path)

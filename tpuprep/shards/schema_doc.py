@@ -197,6 +197,11 @@ def render_schema_reference() -> str:
         + ", ".join(f"`{t}`" for t in TABLES)
         + "); the Arrow schema is stored too, with each column's `description` and `unit` as field metadata. "
         "Runtimes are int64 nanoseconds and are never stored as floats.", "",
+        "Every data and dictionary page carries a CRC-32 checksum in its page header (Parquet's `crc` field; "
+        "shards written before checksums were added lack it and are read without the check). `tpuprep`'s reader "
+        "verifies it on every page it reads, so a flipped byte fails with one error naming the shard instead of "
+        "decoding to wrong values; with pyarrow, pass `page_checksum_verification=True` to `pq.ParquetFile` or "
+        "`pq.read_table` to do the same. The checksums change the shards' bytes, not their schema.", "",
         "Shards of one table and split are named `<split>-0000i-of-0000N.parquet` with `<split>` one of "
         "`train`, `valid`, `test`. A graph's rows never span two shards, and the layout `configs` row groups "
         "never span two graphs, so a filter on `graph_id` reads only that graph's row groups.", "",
