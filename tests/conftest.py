@@ -1,13 +1,35 @@
 """Shared fixtures: the real TpuGraphs-format files in ../shared/real (skipped cleanly when absent)
-and small builds made once per session in temporary folders."""
+and small builds made once per session in temporary folders; and the hypothesis profiles.
+
+Hypothesis profiles (the suite's strength must not vary from run to run):
+
+* ``ci`` (default, and whenever ``CI`` is set): ``derandomize=True`` — every run draws the same
+  examples, a fixed ``max_examples`` (tests that set their own keep theirs), no deadline, no example
+  database (a local ``.hypothesis/`` folder cannot change what a run explores).
+* ``campaign`` (``TPUPREP_HYPOTHESIS_PROFILE=campaign`` or ``--hypothesis-profile campaign``): fresh
+  random examples each run, for hunting bugs; ``TPUPREP_FUZZ_EXAMPLES=N`` sets its ``max_examples``
+  and, in either profile, the fuzz tests' count (``tests/test_fuzz.py``).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from realdata import real_path
+
+CI_EXAMPLES = 100
+settings.register_profile(
+    "ci", derandomize=True, database=None, max_examples=CI_EXAMPLES, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "campaign", derandomize=False, max_examples=int(os.environ.get("TPUPREP_FUZZ_EXAMPLES", "1000")),
+    deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = os.environ.get("TPUPREP_HYPOTHESIS_PROFILE") or "ci"  # CI set or not: derandomized
+settings.load_profile(PROFILE)
 
 
 @pytest.fixture(scope="session")

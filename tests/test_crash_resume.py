@@ -140,3 +140,50 @@ def test_verify_catches_content_that_no_longer_matches_the_source(built):
     (dst / "manifest.json").write_text(json.dumps(manifest))
     result = _verify(src, dst)
     assert result.exit_code == 1 and "config_runtime is not the group minimum" in result.output
+
+
+# --resume after changing the build options (issue #11 item 14a): parts made with the old options must
+# not be reused. A build is SIGKILLed after all its parts are staged (the first shard placed), then
+# resumed with one option changed; the result must be byte-identical to a clean build with the new
+# options — which differs from the old options' build, so reusing stale parts cannot pass.
+OPTION_CHANGES = {
+    "hops": ["--hops", "2"],
+    "no-prune": ["--no-prune"],
+    "no-dedup": ["--no-dedup"],
+    "no-repad": ["--no-repad"],
+    "compression-level": ["--compression-level", "9"],
+    "folds": ["--folds", "3"],
+}
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, src_and_clean):
+    """A default-options build killed after every part was written (only the merge was left)."""
+    src, _ = src_and_clean
+    dst = tmp_path_factory.mktemp("interrupted") / "out"
+    killed = _cli("build", "--src", str(src), "--dst", str(dst), "-q", crash="shard:1")
+    assert killed.returncode == -9, killed.stderr
+    assert not (dst / "manifest.json").exists() and list((dst / ".tpuprep" / "parts").rglob("*.json"))
+    return dst
+
+
+@pytest.mark.parametrize("change", sorted(OPTION_CHANGES))
+def test_resume_with_changed_options_equals_a_clean_build_with_them(tmp_path, src_and_clean,
+                                                                   interrupted, change):
+    import shutil
+
+    src, clean_default = src_and_clean
+    flags = OPTION_CHANGES[change]
+    dst = tmp_path / "resumed"
+    shutil.copytree(interrupted, dst)
+    runner = CliRunner()
+    resumed = runner.invoke(main, ["build", "--src", str(src), "--dst", str(dst), "--resume", "-q", *flags])
+    assert resumed.exit_code == 0, resumed.output
+    clean = tmp_path / "clean"
+    built = runner.invoke(main, ["build", "--src", str(src), "--dst", str(clean), "-q", *flags])
+    assert built.exit_code == 0, built.output
+    clean_new = _files(clean)
+    # the option really changes the shards themselves (not just the manifest's record of options)
+    assert {k: v for k, v in clean_new.items() if k.endswith(".parquet")} != \
+        {k: v for k, v in clean_default.items() if k.endswith(".parquet")}
+    assert _files(dst) == clean_new

@@ -15,6 +15,7 @@ from reference import (
     ref_encode_base7,
     ref_first_bad_value,
     ref_hop_distance,
+    ref_output_rank,
     ref_prune,
     ref_remap_node_splits,
     ref_repad,
@@ -33,6 +34,7 @@ from tpuprep.kernels import (
     repad_node_feat,
 )
 from tpuprep.kernels.prune import hop_distance
+from tpuprep.kernels.repad import output_rank
 
 SETTINGS = settings(
     max_examples=200,
@@ -168,6 +170,106 @@ def test_repad_equals_reference(nodes):
     np.testing.assert_array_equal(feat, before)
     assert out.dtype == np.float32 and out.shape == feat.shape
     np.testing.assert_array_equal(out, ref_out)  # every column, -1s included
+    np.testing.assert_array_equal(anomalous, ref_anomalous)
+
+
+# The rank rule (SPEC §2.2) where it is easy to get wrong: r_dims = 1 + index of the LAST non-zero of
+# cols 21–26 (interior zeros are zero-size dims, a trailing zero of a rank-6 shape is invisible to
+# r_dims), r_perm = 1 + max of ALL six layout cols 134–139, r = max of the two. Expected values are
+# worked out by hand here, not taken from the reference.
+
+
+def _shaped_row(dims, layout, opcode=2, product=None, spatial=False):
+    """A (140,) row with ``dims`` in cols 21–26, ``layout`` in 134–139 (rest 0), and col 28 = product
+    (default: the product of dims); ``spatial`` fills the convolution spatial cols 95–98 / 101–104."""
+    row = np.zeros(140, np.float32)
+    row[13] = 1  # f32 element type
+    row[21 : 21 + len(dims)] = dims
+    row[28] = math.prod(dims) if product is None else product
+    row[134 : 134 + len(layout)] = layout
+    if spatial:
+        row[95:99] = [1, 2, 3, 0]
+        row[101:105] = [0, 3, 2, 1]
+    return row, opcode
+
+
+RANK_CASES = {
+    # name: (dims, layout, opcode, product, expected r, expected anomaly)
+    "rank 6, trailing zero dim, default layout": ([2, 3, 4, 5, 6, 0], [5, 4, 3, 2, 1, 0], 2, None, 6, False),
+    "rank 6, trailing zero dim, 5 in the last layout col": ([2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 4, 5], 2, None, 6, False),
+    "rank 6, trailing zero dim, 5 in col 138": ([2, 3, 4, 5, 6, 0], [1, 0, 2, 3, 5, 4], 2, None, 6, False),
+    "rank 6, trailing zero dim, broken layout": ([2, 3, 4, 5, 6, 0], [0, 0, 0, 0, 0, 0], 2, None, 5, True),
+    "rank 6, trailing zero dim, convolution": ([2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 4, 5], 26, None, 6, False),
+    "rank 6, trailing zero dim, broken conv": ([2, 3, 4, 5, 6, 0], [0, 0, 0, 0, 0, 0], 26, None, 5, True),
+    "rank 6, only the last dim non-zero": ([0, 0, 0, 0, 0, 7], [0, 0, 0, 0, 0, 0], 2, None, 6, True),
+    "rank 6, all dims 0 but the first": ([9, 0, 0, 0, 0, 0], [5, 4, 3, 2, 1, 0], 2, None, 6, False),
+    "interior zero": ([2, 0, 3], [0, 0, 0], 2, None, 3, True),
+    "interior zero, default layout": ([2, 0, 3], [2, 1, 0], 2, None, 3, False),
+    "zero-size vector (not a scalar)": ([0], [0], 2, 0, 1, False),
+    "scalar": ([], [], 2, 1, 0, False),
+    "all dims zero, product 0, layout says 2": ([0, 0], [1, 0], 2, 0, 2, False),
+    "negative dim counts as non-zero": ([3, -1], [0, 0], 2, None, 2, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RANK_CASES))
+def test_repad_rank_rule_explicit_cases(case):
+    dims, layout, opcode, product, r, anomaly = RANK_CASES[case]
+    row, opcode = _shaped_row(dims, layout, opcode, product, spatial=opcode == 26)
+    expected = row.copy()
+    expected[134 + r : 140] = -1
+    s = max(r - 2, 0) if opcode == 26 else 0
+    expected[95 + s : 99] = -1
+    expected[101 + s : 105] = -1
+    assert output_rank(row) == ref_output_rank(row) == r
+    out, anomalous = repad_node_feat(row[None], np.array([opcode], np.uint8))
+    np.testing.assert_array_equal(out[0], expected)
+    assert bool(anomalous[0]) is anomaly
+    ref_out, ref_anomalous = ref_repad(row[None], np.array([opcode]))
+    np.testing.assert_array_equal(ref_out[0], expected)
+    assert bool(ref_anomalous[0]) is anomaly
+
+
+@st.composite
+def zero_dim_rows(draw):
+    """Rank 1..6 shapes with zero-size dims at any set of positions (the last one included), odd
+    non-zero values now and then, and layouts that put their largest entry in any column."""
+    r = draw(st.sampled_from([6, 6, 5, 4, 3, 2, 1]))
+    dims = draw(st.lists(st.sampled_from([1, 2, 3, 8, 128]), min_size=r, max_size=r))
+    for pos in draw(st.sets(st.integers(0, r - 1))):
+        dims[pos] = 0
+    if draw(st.booleans()):
+        dims[-1] = 0  # a trailing zero-size dim: r_dims alone would say r − 1
+    if draw(st.integers(0, 9)) == 0:
+        dims[draw(st.integers(0, r - 1))] = draw(st.sampled_from([-1.0, 0.5]))
+    kind = draw(st.sampled_from(["default", "permutation", "largest-last", "zeros", "broken", "short"]))
+    if kind == "default":
+        layout = list(range(r - 1, -1, -1))
+    elif kind == "permutation":
+        layout = draw(st.permutations(list(range(r))))
+    elif kind == "largest-last":  # r − 1 in the last of the r columns: only a full scan sees it
+        layout = [*draw(st.permutations(list(range(r - 1)))), r - 1]
+    elif kind == "zeros":
+        layout = [0] * r
+    elif kind == "broken":
+        layout = draw(st.lists(st.integers(0, 5), min_size=r, max_size=r))
+    else:
+        layout = draw(st.lists(st.integers(0, 5), min_size=0, max_size=r - 1))
+    product = draw(st.sampled_from([None, None, 0, 1]))
+    opcode = draw(st.sampled_from([26, 26, *OTHER_OPCODES[:3]]))
+    return _shaped_row(dims, layout, opcode, product, spatial=opcode == 26)
+
+
+@SETTINGS
+@given(st.lists(zero_dim_rows(), min_size=1, max_size=12))
+def test_repad_zero_size_dims_equal_reference(nodes):
+    feat = np.stack([r for r, _ in nodes])
+    opcode = np.array([o for _, o in nodes], dtype=np.uint8)
+    for row in feat:
+        assert output_rank(row) == ref_output_rank(row)
+    ref_out, ref_anomalous = ref_repad(feat, opcode)
+    out, anomalous = repad_node_feat(feat, opcode)
+    np.testing.assert_array_equal(out, ref_out)
     np.testing.assert_array_equal(anomalous, ref_anomalous)
 
 

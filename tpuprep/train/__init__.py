@@ -26,26 +26,35 @@ from .metrics import (
 )
 from .model import ModelConfig
 from .predict import (
+    KAGGLE_TEST_ROWS,
+    SubmissionError,
+    kaggle_problems,
     layout_order,
     read_submission,
     tile_top_configs,
     validate_submission,
     write_submission,
 )
-from .ranker import Ranker
-from .trainer import TrainConfig, train
+from .ranker import BadModel, BadScores, Ranker
+from .trainer import TrainConfig, TrainingDiverged, train
 
 __all__ = [
+    "KAGGLE_TEST_ROWS",
+    "BadModel",
+    "BadScores",
     "ConfigHoldout",
     "EvalResult",
     "ModelConfig",
     "Ranker",
+    "SubmissionError",
     "TrainConfig",
+    "TrainingDiverged",
     "collection_means",
     "evaluate",
     "evaluate_graph",
     "expand_to_original",
     "format_table",
+    "kaggle_problems",
     "kendall_tau",
     "layout_order",
     "ordered_pair_accuracy",

@@ -3,16 +3,43 @@
 The main CLI registers :data:`train_cmd`, :data:`evaluate_cmd` and :data:`predict_cmd` in its group.
 The dataset reader is imported inside each command body (``tpuprep.open_dataset``), so importing this
 module costs nothing and never depends on the reader being importable.
+
+Errors reach the user as ONE line on stderr, ``error: <file or model>: <problem>``, never a traceback:
+exit 1 for anything about the content of files (an unreadable, damaged or non-finite model, a model
+for a collection the shards lack, non-finite scores, an invalid submission) and exit 2 for a command
+line that cannot work whatever the files hold (click's usage errors, e.g. ``predict`` without
+``--model``). ``tpuprep/train/README.md`` lists them.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
+from ..errors import FatalError
 from .losses import LOSSES
+
+
+class Failed(click.ClickException):
+    """A refusal shown as one line, ``error: ...``, exit 1 (like the main CLI's fatal errors)."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the trainer's refusals (``FatalError`` and ``ValueError`` subclasses) into :class:`Failed`."""
+    try:
+        yield
+    except (FatalError, ValueError) as e:
+        raise Failed(str(e)) from None
 
 
 def _open(shards: str) -> Any:
@@ -20,11 +47,11 @@ def _open(shards: str) -> Any:
 
     opener = getattr(tpuprep, "open_dataset", None)
     if opener is None:
-        raise click.ClickException("tpuprep.open_dataset is not available in this installation")
+        raise Failed("tpuprep.open_dataset is not available in this installation")
     try:
         return opener(shards)
-    except (OSError, ValueError) as e:
-        raise click.ClickException(f"cannot open shards at {shards}: {e}") from e
+    except (OSError, ValueError, FatalError) as e:
+        raise Failed(f"cannot open shards at {shards}: {e}") from None
 
 
 def _load_models(paths: tuple[str, ...]) -> list[Any]:
@@ -34,12 +61,12 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
     for p in paths:
         try:
             models.append(Ranker.load(p))
-        except (OSError, ValueError, KeyError) as e:
-            raise click.ClickException(f"cannot load model {p}: {e}") from e
+        except (OSError, ValueError, FatalError) as e:
+            raise Failed(f"cannot load model: {e}") from None
     colls = [m.collection for m in models]
     dup = sorted({c for c in colls if colls.count(c) > 1})
     if dup:
-        raise click.ClickException(f"more than one model for {', '.join(dup)}: give one per collection")
+        raise Failed(f"more than one model for {', '.join(dup)}: give one per collection")
     return models
 
 
@@ -84,10 +111,8 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
                       head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
                       time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
                       threads=threads or None, cache_graphs=cache_graphs)
-    try:
+    with refusals():
         train(ds, collection, cfg, out=out, log=None if quiet else sys.stderr)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from e
 
 
 @click.command("evaluate")
@@ -116,12 +141,10 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
 
     ds = _open(shards)
     rankers = _load_models(models)
-    try:
+    with refusals():
         result = evaluate(ds, rankers, split=split, truth=truth, baseline=baseline,
                           max_graphs=max_graphs, log=None if quiet else sys.stderr,
                           threads=threads or None, max_configs=max_configs)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from e
     click.echo(format_table(result.summary))
     if out_dir is not None:
         for p in write_outputs(result, out_dir):
@@ -129,29 +152,58 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
 
 
 @click.command("predict")
-@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--shards", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Shards directory (required unless --check-only checks a standalone CSV).")
 @click.option("--split", default="test", show_default=True)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Submission CSV path.")
-@click.option("--model", "models", required=True, multiple=True,
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Submission CSV path (with --check-only: the CSV to check).")
+@click.option("--model", "models", multiple=True,
               help="Model path; one per collection, repeat the option.")
 @click.option("--check/--no-check", default=False, show_default=True,
-              help="Re-read the CSV and validate it against the dataset.")
+              help="Re-read the CSV and validate it: one row per SPLIT graph of every collection "
+                   "of the shards.")
+@click.option("--kaggle", is_flag=True,
+              help="Also require the Kaggle test set: 5 collections, 894 rows (implies --check).")
+@click.option("--check-only", is_flag=True,
+              help="Do not predict: validate the existing --out CSV (against --shards if given, "
+                   "else against the Kaggle test set's shape).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
               help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
-def predict_cmd(shards: str, split: str, out: str, models: tuple[str, ...], check: bool,
-                threads: int) -> None:
+def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...], check: bool,
+                kaggle: bool, check_only: bool, threads: int) -> None:
     """Write a Kaggle submission CSV (ID,TopConfigs) over ORIGINAL config indices."""
-    from .predict import validate_submission, write_submission
+    from .predict import write_submission
 
-    ds = _open(shards)
-    rankers = _load_models(models)
-    try:
-        n = write_submission(ds, rankers, out, split=split, threads=threads or None)
-    except ValueError as e:
-        raise click.ClickException(str(e)) from e
-    click.echo(f"wrote {n} rows to {out}", err=True)
-    if check:
-        problems = validate_submission(out, ds, split, [r.collection for r in rankers])
-        if problems:
-            raise click.ClickException("invalid submission:\n" + "\n".join(problems[:20]))
-        click.echo("submission is valid", err=True)
+    if check_only and models:
+        raise click.UsageError("--check-only checks an existing CSV; it takes no --model")
+    if not check_only and (not models or shards is None):
+        raise click.UsageError("predicting needs --shards and at least one --model "
+                               "(or --check-only to check an existing CSV)")
+    ds = _open(shards) if shards is not None else None
+    if not check_only:
+        rankers = _load_models(models)
+        with refusals():
+            n = write_submission(ds, rankers, out, split=split, threads=threads or None)
+        click.echo(f"wrote {n} rows to {out}", err=True)
+    if check or kaggle or check_only:
+        _check(out, ds, split, kaggle)
+
+
+def _check(out: str, ds: Any, split: str, kaggle: bool) -> None:
+    """Validate ``out`` (see predict.validate_submission); one line on failure, exit 1."""
+    from .predict import KAGGLE_TEST_ROWS, kaggle_problems, read_submission, validate_submission
+
+    problems = validate_submission(out, ds, split, kaggle=kaggle)
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise Failed(f"{out} is not a valid submission: {'; '.join(problems[:3])}{more}")
+    if ds is None:
+        click.echo(f"{out} has the shape of the Kaggle test set "
+                   f"({sum(KAGGLE_TEST_ROWS.values())} rows)", err=True)
+        return
+    click.echo(f"submission is valid: one row per {split} graph of {', '.join(ds.collections)}",
+               err=True)
+    if split == "test" and not kaggle and kaggle_problems(read_submission(out)):
+        click.echo(f"note: these shards are not the full TpuGraphs test set; Kaggle expects "
+                   f"{sum(KAGGLE_TEST_ROWS.values())} rows over 5 collections (--kaggle checks that)",
+                   err=True)

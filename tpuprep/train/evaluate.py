@@ -41,7 +41,7 @@ from .metrics import (
     tile_score_of_listed,
 )
 from .plot import plot_histogram, plot_rank_scatter
-from .predict import tile_top_configs
+from .predict import check_models_fit, tile_top_configs
 from .ranker import Ranker
 
 LAYOUT_KEYS = ["tau", "tau_submission", "opa", "slowdown_1", "slowdown_5", "slowdown_10",
@@ -109,7 +109,7 @@ def evaluate_graph(ranker: Ranker, record: Any, truth: np.ndarray | None = None,
             rng = np.random.Generator(np.random.PCG64(zlib.crc32(record.graph_id.encode())))
             rows_u = np.sort(rng.choice(c_u, max_configs, replace=False))
             row["sampled"] = True
-        pred_u = ranker.predict_unique(record, rows=rows_u)
+        pred_u = ranker.check_finite(ranker.predict_unique(record, rows=rows_u), record.graph_id)
         target = np.asarray(record.config_runtime_original, np.int64)
         if rows_u is None:
             pred, sel = expand_to_original(pred_u, inv), slice(None)
@@ -135,7 +135,7 @@ def evaluate_graph(ranker: Ranker, record: Any, truth: np.ndarray | None = None,
     else:
         if record.config_runtime_normalizers_original is None:
             raise ValueError(f"{record.graph_id}: no runtime normalizers")
-        pred_u = ranker.predict_unique(record)
+        pred_u = ranker.check_finite(ranker.predict_unique(record), record.graph_id)
         pred = expand_to_original(pred_u, inv)
         target = (np.asarray(record.config_runtime_original, np.float64)
                   / np.asarray(record.config_runtime_normalizers_original, np.float64))
@@ -166,10 +166,14 @@ def evaluate(ds: Any, rankers: list[Ranker], split: str = "valid", truth: str | 
              max_configs: int | None = None) -> EvalResult:
     """Evaluate each model on its collection's graphs of ``split`` (which must carry runtimes).
 
+    Refuses (:class:`~.predict.SubmissionError`) a model whose collection has no ``split`` graphs in
+    ``ds`` and (:class:`~.ranker.BadScores`) non-finite scores, instead of reporting nothing or NaN.
+
     threads: BLAS threads while scoring (see _blas.py; None leaves BLAS alone); max_configs: see
     :func:`evaluate_graph` (layout graphs with more unique configs are scored on a seeded sample).
     """
-    with blas_threads(threads):
+    # overflow in an intermediate (gelu's x³) is harmless; non-finite results are refused
+    with blas_threads(threads), np.errstate(over="ignore", invalid="ignore"):
         return _evaluate(ds, rankers, split, truth, baseline, max_graphs, log, max_configs)
 
 
@@ -178,6 +182,7 @@ def _evaluate(ds: Any, rankers: list[Ranker], split: str, truth: str | Path | No
     import time
 
     root = truth_root(truth)
+    check_models_fit(ds, rankers, split)  # a model for a collection the data lacks: refused, not 0 rows
     rows: list[dict[str, Any]] = []
     samples: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
     for ranker in rankers:

@@ -7,21 +7,42 @@ split) and the training history; the NPZ holds one array per parameter name.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import FatalError
 from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
 FORMAT = "tpuprep-train-model"
 FORMAT_VERSION = 2  # 2: tile inputs gained the iteration-space columns (42 wide); dot work excludes batch dims
+N_STATS = 134  # node_feat columns covered by the saved feature statistics
+JSON_KEYS = ("format", "format_version", "tpuprep_version", "collection", "kind", "model", "seed",
+             "hyper", "feature_stats", "params", "history")
+REQUIRED_JSON_KEYS = ("format", "format_version", "collection", "model", "feature_stats", "params")
+
+
+class BadModel(FatalError, ValueError):
+    """A saved model cannot be used (missing, truncated, damaged, unknown keys, wrong shapes, non-finite
+    weights). ``str()`` is the one line shown to the user: the file, the key where known, the problem."""
+
+    def __init__(self, path: str | os.PathLike[str], key: str | None, problem: str):
+        where = f"{path} [{key}]" if key else str(path)
+        super().__init__(f"{where}: {problem}")
+
+
+class BadScores(FatalError, ValueError):
+    """A model gave non-finite scores (NaN or inf): any order built from them would be arbitrary."""
 
 
 def collection_kind(collection: str) -> str:
@@ -40,12 +61,28 @@ def model_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     return p.with_name(p.name + ".npz"), p.with_name(p.name + ".json")
 
 
+def current_umask() -> int:
+    """The process umask (e.g. 0o022), read without changing it where /proc allows."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: the classic set-and-restore (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and a rename; the file's mode follows the umask
+    (0o666 & ~umask, like ``open()``), not mkstemp's private 0o600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -64,6 +101,7 @@ class Ranker:
     seed: int = 0
     hyper: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
+    source: str | None = field(default=None, compare=False, repr=False)  # the path it was loaded from
 
     @classmethod
     def create(cls, collection: str, stats: dict[str, np.ndarray], config: ModelConfig, seed: int,
@@ -109,6 +147,15 @@ class Ranker:
             out[start:start + len(part)] = s
         return out
 
+    def check_finite(self, scores: np.ndarray, graph_id: str) -> np.ndarray:
+        """``scores`` unchanged if every one is finite; else :class:`BadScores` naming model and graph."""
+        bad = int(np.size(scores) - np.isfinite(scores).sum())
+        if bad:
+            raise BadScores(f"model {self.source or self.collection} gave {bad} non-finite scores "
+                            f"(NaN or inf) of {np.size(scores)} on graph {graph_id}; its weights are "
+                            "out of range for this graph, so no order can be trusted")
+        return scores
+
     def predict_original(self, record: Any, pg: PreparedGraph | None = None,
                          batch_size: int = 1024) -> np.ndarray:
         """Scores (c,) float64 of every ORIGINAL config (unique scores expanded via config_inverse)."""
@@ -147,21 +194,132 @@ class Ranker:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Ranker:
-        """Load a model saved by :meth:`save` (path with or without the .npz/.json suffix)."""
+        """Load a model saved by :meth:`save` (path with or without the .npz/.json suffix).
+
+        Raises :class:`BadModel` (one line: file, key, problem) for a missing, truncated or damaged
+        file, an unknown or missing key, a foreign format or version, weights whose names or shapes do
+        not fit the architecture, and non-finite weights or feature statistics.
+        """
         npz, js = model_paths(path)
-        meta = json.loads(js.read_text())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{js}: not a tpuprep trainer model (format {meta.get('format')!r})")
-        if int(meta.get("format_version", 0)) > FORMAT_VERSION:
-            raise ValueError(f"{js}: model format version {meta['format_version']} is newer than supported")
-        if int(meta.get("format_version", 0)) < FORMAT_VERSION:
-            raise ValueError(f"{js}: model format version {meta.get('format_version')} was trained on inputs this "
-                             f"version computes differently (format {FORMAT_VERSION}); train it again")
-        config = ModelConfig(**meta["model"])
+        meta = _read_meta(js)
+        config = _model_config(js, meta)
+        collection = meta["collection"]
+        try:
+            kind = collection_kind(str(collection))
+        except ValueError as e:
+            raise BadModel(js, "collection", str(e)) from None
+        if kind != config.kind or meta.get("kind", kind) != kind:
+            raise BadModel(js, "collection", f"{collection} is a {kind} collection but the model is "
+                           f"kind {config.kind!r} (kind {meta.get('kind')!r})")
+        mean, std = _feature_stats(js, meta["feature_stats"])
+        params = _read_params(npz, js, meta["params"], config)
+        seed, hyper, history = meta.get("seed", 0), meta.get("hyper", {}), meta.get("history", [])
+        if not isinstance(seed, int) or not isinstance(hyper, dict) or not isinstance(history, list):
+            raise BadModel(js, None, "seed must be an integer, hyper an object and history a list")
+        return cls(config, str(collection), params, mean, std, seed, dict(hyper), list(history),
+                   source=str(npz.with_suffix("")))
+
+
+def _read_meta(js: Path) -> dict[str, Any]:
+    """The JSON side of a saved model, checked for format, version and keys."""
+    try:
+        text = js.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadModel(js, None, "no such file (a model is <M>.json + <M>.npz written by "
+                       "`tpuprep train`)") from None
+    except UnicodeDecodeError:
+        raise BadModel(js, None, "not UTF-8 text; not a tpuprep model") from None
+    except OSError as e:
+        raise BadModel(js, None, f"cannot read: {e.strerror or e}") from None
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise BadModel(js, None, f"not valid JSON ({getattr(e, 'msg', e)} at line "
+                       f"{getattr(e, 'lineno', '?')}); truncated or damaged") from None
+    if not isinstance(meta, dict):
+        raise BadModel(js, None, f"expected a JSON object, found {type(meta).__name__}")
+    if meta.get("format") != FORMAT:
+        raise BadModel(js, "format", f"not a tpuprep trainer model (format {meta.get('format')!r})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BadModel(js, "format_version", f"{version!r} is not an integer")
+    if version > FORMAT_VERSION:
+        raise BadModel(js, "format_version", f"model format version {version} is newer than supported "
+                       f"({FORMAT_VERSION}); upgrade tpuprep")
+    if version < FORMAT_VERSION:
+        raise BadModel(js, "format_version", f"model format version {version} was trained on inputs "
+                       f"this version computes differently (format {FORMAT_VERSION}); train it again")
+    unknown = sorted(set(meta) - set(JSON_KEYS))
+    if unknown:
+        raise BadModel(js, unknown[0], f"unknown key (format {FORMAT_VERSION} has only "
+                       f"{', '.join(JSON_KEYS)}); not written by this tpuprep")
+    missing = [k for k in REQUIRED_JSON_KEYS if k not in meta]
+    if missing:
+        raise BadModel(js, missing[0], "required key is missing")
+    return meta
+
+
+def _model_config(js: Path, meta: dict[str, Any]) -> ModelConfig:
+    """The architecture recorded under "model"."""
+    model = meta["model"]
+    if not isinstance(model, dict):
+        raise BadModel(js, "model", "expected an object of architecture settings")
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(model) - known)
+    if unknown:
+        raise BadModel(js, f"model.{unknown[0]}", f"unknown architecture setting (known: "
+                       f"{', '.join(sorted(known))})")
+    try:
+        return ModelConfig(**model)
+    except (TypeError, ValueError) as e:
+        raise BadModel(js, "model", str(e)) from None
+
+
+def _feature_stats(js: Path, stats: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) (134,) float64, finite."""
+    out = []
+    for name in ("node_feat_mean", "node_feat_std"):
+        try:
+            arr = np.asarray(stats[name], np.float64)
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise BadModel(js, f"feature_stats.{name}", f"missing or not a list of {N_STATS} "
+                           "numbers") from None
+        if arr.shape != (N_STATS,):
+            raise BadModel(js, f"feature_stats.{name}", f"{arr.shape} values, expected ({N_STATS},)")
+        if not np.isfinite(arr).all():
+            raise BadModel(js, f"feature_stats.{name}", f"{int((~np.isfinite(arr)).sum())} "
+                           "non-finite values (NaN or inf)")
+        out.append(arr)
+    return out[0], out[1]
+
+
+def _read_params(npz: Path, js: Path, listed: Any, config: ModelConfig) -> Params:
+    """The weights, checked against the architecture (names, shapes) and for finiteness."""
+    expected = {k: tuple(v.shape) for k, v in init_params(config, 0).items()}
+    if not isinstance(listed, dict) or {k: tuple(v) for k, v in listed.items()} != expected:
+        raise BadModel(js, "params", f"the listed weights do not fit the architecture {config}")
+    params: Params = {}
+    try:
         with np.load(npz, allow_pickle=False) as z:
-            params = {k: z[k].astype(config.dtype) for k in meta["params"]}
-        stats = meta["feature_stats"]
-        return cls(config, meta["collection"], params,
-                   np.asarray(stats["node_feat_mean"], np.float64),
-                   np.asarray(stats["node_feat_std"], np.float64),
-                   int(meta.get("seed", 0)), dict(meta.get("hyper", {})), list(meta.get("history", [])))
+            names = set(z.files)
+            if names != set(expected):
+                extra, lack = sorted(names - set(expected)), sorted(set(expected) - names)
+                what = f"unknown weights {extra}" if extra else f"weights {lack} are missing"
+                raise BadModel(npz, None, f"{what}; the .npz does not belong to {js.name}")
+            for k, shape in expected.items():
+                arr = z[k]
+                if arr.shape != shape or arr.dtype.kind != "f":
+                    raise BadModel(npz, k, f"{arr.dtype} {arr.shape}, expected float {shape}")
+                params[k] = arr.astype(config.dtype)
+    except BadModel:
+        raise
+    except FileNotFoundError:
+        raise BadModel(npz, None, "no such file (the weights beside the .json)") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise BadModel(npz, None, f"cannot read the weights, truncated or damaged ({e})") from None
+    for k, arr in params.items():
+        bad = int(arr.size - np.isfinite(arr).sum())
+        if bad:
+            raise BadModel(npz, k, f"{bad} of {arr.size} weights are not finite (NaN or inf): the "
+                           "training diverged or the file is damaged; train it again")
+    return params

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..errors import FatalError
 from ._blas import blas_threads
 from .features import PreparedGraph
 from .losses import LOSSES, pairwise_loss
@@ -25,6 +26,19 @@ from .metrics import kendall_tau, slowdown_at_k
 from .model import ModelConfig, backward, forward
 from .optim import AdamW, lr_at
 from .ranker import Ranker, collection_kind
+
+
+class TrainingDiverged(FatalError, ValueError):
+    """The weights became non-finite; nothing is saved (a saved model would be refused at load)."""
+
+
+def check_finite_weights(ranker: Ranker, epoch: int, lr: float) -> None:
+    """:class:`TrainingDiverged` naming the first parameter with a NaN or inf."""
+    for name, arr in ranker.params.items():
+        if not np.isfinite(arr).all():
+            raise TrainingDiverged(f"training of {ranker.collection} diverged in epoch {epoch}: "
+                                   f"weights {name!r} hold NaN or inf; nothing saved (try a lower "
+                                   f"--lr than {lr:g})")
 
 
 @dataclass
@@ -145,7 +159,8 @@ def train(ds: Any, collection: str, config: TrainConfig | None = None,
     Progress goes to ``log`` (stderr by default; None silences it), one line per epoch. Returns the model.
     """
     cfg = config or TrainConfig()
-    with blas_threads(cfg.threads):
+    # overflow in an intermediate (gelu's x³) is harmless; non-finite weights are refused
+    with blas_threads(cfg.threads), np.errstate(over="ignore", invalid="ignore"):
         return _train(ds, collection, cfg, out, log)
 
 
@@ -219,6 +234,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
             msg += f"  (stopped: {stopped})"
         ranker.history.append(entry)
         say(msg)
+        check_finite_weights(ranker, epoch, cfg.lr)
         if out is not None:
             ranker.save(out)
         if stopped:
