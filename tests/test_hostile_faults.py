@@ -817,3 +817,19 @@ def test_sigterm_handler_is_restored_after_a_command(synth_shards):
     before = signal.getsignal(signal.SIGTERM)
     assert CliRunner().invoke(main, ["info", str(synth_shards)]).exit_code == 0
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_closed_stdout_is_not_reported_as_an_error(monkeypatch, synth_shards):
+    """``tpuprep info | head``: EPIPE is left to click, which exits quietly (not "error: Broken pipe")."""
+    import tpuprep.cli as cli
+
+    echo = cli.click.echo
+
+    def closed(*args, err: bool = False, **kwargs):
+        if not err:  # stdout is the closed pipe; stderr still works
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+        return echo(*args, err=err, **kwargs)
+
+    monkeypatch.setattr(cli.click, "echo", closed)
+    result = CliRunner().invoke(main, ["info", str(synth_shards)])
+    assert result.exit_code == 1 and result.stderr == ""

@@ -210,6 +210,8 @@ def _guard(fn: Callable[[], int | None]) -> int | None:
     except (FatalError, WorkersLost) as exc:
         return _say(str(exc), EXIT_FATAL)
     except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise  # stdout closed early (`tpuprep info | head`): click exits quietly
         return _say(describe_os_error(exc), EXIT_FATAL)
     except (asyncio.CancelledError, cf.CancelledError) as exc:  # Dask's, or a closed pool's
         return _say(f"work was cancelled: {_first_line(exc)}; finished files are kept (--resume)",
