@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -77,7 +82,46 @@ class _Progress:
             self.bar = None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, delivered like Ctrl-C (``KeyboardInterrupt``) so that the same clean-up runs."""
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextmanager
+def _sigterm_like_sigint() -> Iterator[None]:
+    """While a command runs (in the main thread), SIGTERM raises ``Interrupted``; restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _GuardedGroup(click.Group):
+    """Runs every subcommand under ``_guard`` (one line instead of a traceback) and handles SIGTERM
+    like Ctrl-C."""
+
+    def invoke(self, ctx: click.Context):
+        outcome: list = []
+
+        def run() -> None:
+            outcome.append(super(_GuardedGroup, self).invoke(ctx))
+
+        with _sigterm_like_sigint():
+            code = _guard(run)
+        if outcome:
+            return outcome[0]
+        ctx.exit(code)
+
+
+@click.group(cls=_GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tpuprep")
 def main() -> None:
     """Exact, fast preprocessing of TpuGraphs into compact Parquet/zstd shards."""
@@ -147,15 +191,67 @@ def build(src, dst, **kw) -> None:
     sys.exit(_guard(lambda: _run_build(src, dst, **kw)))
 
 
-def _guard(fn) -> int:
+def _guard(fn: Callable[[], int | None]) -> int | None:
+    """Run a command body; turn what stops it into one line on stderr and an exit code.
+
+    ``UsageError`` -> 2; ``FatalError`` (and ``BadShards``), ``OSError`` (its errno name and file),
+    lost local workers, Dask's comm errors and cancelled futures, and an interrupt (Ctrl-C, SIGTERM)
+    -> 1. Anything else is a bug and keeps its traceback.
+    """
+    import asyncio
+    import concurrent.futures as cf
+
+    from .runners.local import WorkersLost
+
     try:
         return fn()
     except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_USAGE
-    except (FileNotFoundError, PermissionError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_FATAL
+        return _say(str(exc), EXIT_USAGE)
+    except (FatalError, WorkersLost) as exc:
+        return _say(str(exc), EXIT_FATAL)
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise  # stdout closed early (`tpuprep info | head`): click exits quietly
+        return _say(describe_os_error(exc), EXIT_FATAL)
+    except (asyncio.CancelledError, cf.CancelledError) as exc:  # Dask's, or a closed pool's
+        return _say(f"work was cancelled: {_first_line(exc)}; finished files are kept (--resume)",
+                    EXIT_FATAL)
+    except KeyboardInterrupt as exc:
+        what = exc.args[0] if isinstance(exc, Interrupted) and exc.args else "SIGINT"
+        hint = ("; finished files are kept: run the same command with --resume to finish the build"
+                if _command_name() in ("build", "run") else "")
+        return _say(f"interrupted ({what}){hint}", EXIT_FATAL)
+
+
+def _say(message: str, code: int) -> int:
+    click.echo(f"error: {message}", err=True)
+    return code
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _command_name() -> str | None:
+    """The subcommand being run (``build``, ``run``, ...), if any."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    return ctx.invoked_subcommand or ctx.info_name
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an ``OSError``: the file(s), what happened and the errno name, e.g.
+    ``/data/shards/x.parquet: No space left on device (ENOSPC)``; Dask's comm errors say so."""
+    if type(exc).__module__.startswith("distributed"):
+        return f"lost the connection to the Dask cluster ({type(exc).__name__}: {_first_line(exc)})"
+    what = exc.strerror or _first_line(exc)
+    code = errno.errorcode.get(exc.errno) if isinstance(exc.errno, int) else None
+    if code and code not in what:
+        what += f" ({code})"
+    files = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
+    return f"{' -> '.join(files)}: {what}" if files else what
 
 
 @main.command()
@@ -224,20 +320,16 @@ def info(dst, as_json) -> None:
     """Describe a shard folder."""
     from .shards.manifest import read_manifest
 
-    try:
-        m = read_manifest(dst)
-    except FatalError as exc:  # BadShards: no, malformed or foreign manifest.json
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_FATAL)
+    m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
         return
-    click.echo(f"{dst}: schema {m['schema_version']}, tpuprep {m['versions']['tpuprep']}, options {m['options']}")
-    click.echo(summary_table(m))
-    total = sum(s["bytes"] for s in m["shards"])
-    click.echo(f"\n{len(m['shards'])} shards, {_human(total)}; {len(m['quarantine'])} quarantined inputs")
-    for q in m["quarantine"]:
-        click.echo(f"  quarantined: {q['file']}: {q['error']}")
+    lines = [f"{dst}: schema {m['schema_version']}, tpuprep {m['versions']['tpuprep']}, "
+             f"options {m['options']}", summary_table(m),
+             f"\n{len(m['shards'])} shards, {_human(sum(s['bytes'] for s in m['shards']))}; "
+             f"{len(m['quarantine'])} quarantined inputs"]
+    lines += [f"  quarantined: {q['file']}: {q['error']}" for q in m["quarantine"]]
+    click.echo("\n".join(lines))
 
 
 @main.command()
@@ -250,15 +342,8 @@ def verify(src, dst, collections, splits, quiet) -> None:
     """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
     from .verify import verify as run_verify
 
-    try:
-        report = run_verify(src, dst, collections=_collection_list(collections), splits=_collection_list(splits),
-                            progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
-    except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except FatalError as exc:  # BadShards: the manifest itself cannot be trusted
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_FATAL)
+    report = run_verify(src, dst, collections=_collection_list(collections), splits=_collection_list(splits),
+                        progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
     for p in report.problems:
         click.echo(f"MISMATCH {p}")
     click.echo(f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "

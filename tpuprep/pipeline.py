@@ -70,9 +70,9 @@ class ClusterSpec:
     ``serial``: in this process. ``local``: ``workers`` local processes (``engine = "processes"``, a
     process pool) or a local Dask cluster of single-threaded workers (``engine = "dask"``). ``dask``:
     an existing Dask cluster at ``scheduler`` or described by ``scheduler_file`` (neither:
-    ``DASK_SCHEDULER_ADDRESS``), waiting up to ``timeout`` s for the scheduler and again for
-    ``min_workers`` workers;
-    ``retries`` reruns tasks that raised.
+    ``DASK_SCHEDULER_ADDRESS``), waiting up to ``timeout`` s for the scheduler, again for
+    ``min_workers`` workers, and again whenever a build has lost every worker (then it stops with
+    one line; ``--resume`` finishes it); ``retries`` reruns tasks that raised.
     """
 
     type: str = "local"
@@ -171,6 +171,8 @@ def _path(path: Path, key: str, value: Any) -> Path:
     text = _expand(path, key, _typed(path, key, value, str))
     if not text:
         raise _fail(path, key, "must not be empty")
+    if "\0" in text:
+        raise _fail(path, key, f"contains a NUL byte, which no path can hold: {text!r}")
     if looks_like_url(text):
         raise _fail(path, key, f"{text} looks like a URL: object stores are not supported yet; give a local folder")
     p = Path(text)
@@ -227,8 +229,7 @@ def _cluster(path: Path, table: dict) -> ClusterSpec:
         if "scheduler" in table and "scheduler_file" in table:
             raise _fail(path, "cluster.scheduler", "give scheduler or scheduler_file, not both")
         if "scheduler" in table:
-            spec["scheduler"] = _expand(path, "cluster.scheduler", _typed(path, "cluster.scheduler",
-                                                                         table["scheduler"], str))
+            spec["scheduler"] = _scheduler(path, table["scheduler"])
         if "scheduler_file" in table:
             spec["scheduler_file"] = _path(path, "cluster.scheduler_file", table["scheduler_file"])
         spec["min_workers"] = _typed(path, "cluster.min_workers", table.get("min_workers", 1), int)
@@ -237,9 +238,21 @@ def _cluster(path: Path, table: dict) -> ClusterSpec:
     if kind != "serial":
         spec["timeout"] = float(_typed(path, "cluster.timeout", table.get("timeout", 60.0), (int, float)))
         spec["retries"] = _typed(path, "cluster.retries", table.get("retries", 2), int)
-        if spec["timeout"] <= 0 or spec["retries"] < 0:
+        if not spec["timeout"] > 0 or spec["retries"] < 0:  # (not > 0: also refuses nan)
             raise _fail(path, "cluster.timeout", "timeout must be > 0 and retries >= 0")
     return ClusterSpec(**spec)
+
+
+def _scheduler(path: Path, value: Any) -> str:
+    """``[cluster] scheduler``, expanded and checked to be a Dask address (nothing is contacted)."""
+    from .runners.dask_cluster import address_problem
+
+    address = _expand(path, "cluster.scheduler", _typed(path, "cluster.scheduler", value, str))
+    problem = address_problem(address)
+    if problem:
+        raise _fail(path, "cluster.scheduler", f"{address!r} is not a Dask scheduler address "
+                    f"(expected tcp://HOST:PORT): {problem}")
+    return address
 
 
 def _synth(path: Path, table: dict, src: Path) -> SynthSpec:
@@ -334,25 +347,27 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     return dataclasses.replace(p, **changes) if changes else p
 
 
-def make_pipeline_runner(spec: ClusterSpec):
-    """The runner for a run's cluster settings (see ``ClusterSpec``)."""
+def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False):
+    """The runner for a run's cluster settings (see ``ClusterSpec``); ``quiet`` silences Dask's own
+    logging (``dask_cluster.quiet_dask_logs``), as ``tpuprep run`` does."""
     from .runners import make_runner
 
     if spec.type == "serial":
         return make_runner(1)
     if spec.type == "local":
         return make_runner(spec.workers, dask_local=spec.engine != "processes", retries=spec.retries,
-                           timeout=spec.timeout)
+                           timeout=spec.timeout, quiet=quiet)
     return make_runner(scheduler=spec.scheduler, scheduler_file=spec.scheduler_file, retries=spec.retries,
-                       min_workers=spec.min_workers, timeout=spec.timeout, connect_timeout=spec.timeout)
+                       min_workers=spec.min_workers, timeout=spec.timeout, quiet=quiet)
 
 
-def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress=None, **overrides: Any):
+def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress=None,
+                 quiet_dask: bool = False, **overrides: Any):
     """Run a run file (or a parsed ``Pipeline``) and return the build's ``BuildReport``.
 
     ``overrides``: ``src``, ``dst``, ``workers``, ``scheduler``, ``scheduler_file``, ``resume`` (see
     ``override``). With ``dry_run`` nothing is synthesised, connected or written: the report lists
-    the files that would be converted.
+    the files that would be converted. ``quiet_dask``: see ``make_pipeline_runner``.
     """
     from .build import build
 
@@ -370,7 +385,7 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
         from .build import BuildReport
 
         return BuildReport({"inputs": []}, [], dry_run=True)  # it would be synthesised first
-    runner = None if dry_run else make_pipeline_runner(p.cluster)
+    runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask)
     try:
         return build(p.src, p.dst, p.options, collections=list(p.collections) if p.collections else None,
                      splits=list(p.splits) if p.splits else None, runner=runner, resume=p.resume,
@@ -420,7 +435,7 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
         progress = _Progress(quiet, verbose)
         started = time.perf_counter()
         try:
-            report = run_pipeline(p, progress=progress)
+            report = run_pipeline(p, progress=progress, quiet_dask=True)
         finally:
             progress.close()
         if not quiet:

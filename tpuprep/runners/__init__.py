@@ -9,26 +9,51 @@ from __future__ import annotations
 
 import os
 
+DASK_TIMEOUT_ENV = "TPUPREP_DASK_TIMEOUT"
+
+
+def dask_timeout(value: str | None = None) -> float | None:
+    """Seconds from ``TPUPREP_DASK_TIMEOUT`` (or ``value``), None when unset; ``UsageError`` (one
+    line naming the variable) unless it is a positive number."""
+    from ..errors import UsageError
+
+    text = os.environ.get(DASK_TIMEOUT_ENV, "") if value is None else value
+    if not text.strip():
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"{DASK_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    return seconds
+
 
 def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: str | os.PathLike | None = None,
-                *, dask_local: bool = False, retries: int = 2, min_workers: int = 1, timeout: float = 60.0,
-                connect_timeout: float | None = None):
+                *, dask_local: bool = False, retries: int = 2, min_workers: int = 1,
+                timeout: float | None = None, quiet: bool = True):
     """The runner for these settings.
 
-    A scheduler address or file selects an existing Dask cluster (``retries``, ``min_workers`` to wait
-    for, ``timeout`` and ``connect_timeout`` in seconds); ``dask_local`` starts a local Dask cluster of
-    ``workers`` processes; otherwise ``workers`` > 1 starts a local process pool and 1 runs everything
-    in this process (the debugging path). Dask is imported only when a Dask runner is asked for.
+    A scheduler address or file selects an existing Dask cluster; ``dask_local`` starts a local Dask
+    cluster of ``workers`` processes; otherwise ``workers`` > 1 starts a local process pool and 1 runs
+    everything in this process (the debugging path). For Dask: ``retries`` per task, ``min_workers``
+    to wait for, and ``timeout`` (default: ``TPUPREP_DASK_TIMEOUT``, else Dask's connect timeout and
+    60 s) bounds every wait for the cluster: to reach the scheduler, for the first worker and,
+    mid-build, while no worker is left; ``quiet`` silences Dask's own log output (the command
+    reports cluster failures itself). Dask is imported only when a Dask runner is asked for.
     """
-    if scheduler or scheduler_file:
+    if scheduler or scheduler_file or dask_local:
         from .dask_cluster import DaskRunner
 
+        timeout = dask_timeout() if timeout is None else timeout
+        waits = {} if timeout is None else {"timeout": timeout, "connect_timeout": timeout,
+                                            "no_workers_timeout": timeout}
+        if dask_local:
+            return DaskRunner(local_workers=workers, retries=retries, quiet=quiet, **waits)
+        source = ("DASK_SCHEDULER_ADDRESS" if scheduler and scheduler == os.environ.get("DASK_SCHEDULER_ADDRESS")
+                  else "--scheduler")
         return DaskRunner(address=scheduler, scheduler_file=scheduler_file, retries=retries,
-                          min_workers=min_workers, timeout=timeout, connect_timeout=connect_timeout)
-    if dask_local:
-        from .dask_cluster import DaskRunner
-
-        return DaskRunner(local_workers=workers, retries=retries, timeout=timeout)
+                          min_workers=min_workers, address_source=source, quiet=quiet, **waits)
     from .local import ProcessRunner, SerialRunner
 
     return SerialRunner() if workers <= 1 else ProcessRunner(workers)

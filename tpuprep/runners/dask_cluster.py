@@ -14,16 +14,25 @@ its thread count and loads the Numba kernels once per worker process (workers th
 e.g. restarted by their nanny, get it too). A lost worker's tasks are rescheduled by the scheduler;
 ``retries`` covers tasks that raised (e.g. a flaky filesystem); a file whose workers die again and
 again (``KilledWorker``, typically out of memory) is quarantined and the batch goes on.
+
+Every wait is bounded: the scheduler must answer (in Dask's protocol, as a scheduler) within the
+connect timeout, ``min_workers`` must join within ``timeout``, and a build whose cluster has had no
+worker at all for ``no_workers_timeout`` seconds, or that lost its scheduler, stops with one
+``ClusterError`` line (finished files are kept for ``--resume``). A malformed address is a
+``SchedulerAddressError`` (a usage error).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
 import socket
+import threading
 import time
 import uuid
 import warnings
@@ -33,7 +42,7 @@ from typing import Any
 
 from distributed import WorkerPlugin
 
-from ..errors import UsageError
+from ..errors import FatalError, UsageError
 from .worker import warm_worker
 
 PLUGIN_NAME = "tpuprep-worker"
@@ -44,9 +53,20 @@ STRICT = ("tpuprep", "python", *LIBRARIES)
 with edited files is normal during development (an editable install on a shared filesystem)."""
 
 
-class ClusterError(UsageError):
-    """The Dask cluster cannot run this build: unreachable, no workers, different software, or
-    workers that do not see the data. ``str()`` is the one line shown to the user."""
+POLL_SECONDS = 0.5
+"""How often a waiting build checks that its cluster still has a scheduler and workers."""
+CLOSE_SECONDS = 5.0
+"""The longest ``close()`` waits for a scheduler to acknowledge the disconnect."""
+
+
+class ClusterError(FatalError):
+    """The Dask cluster cannot run this build: unreachable or not a scheduler, no workers (at the
+    start, or all of them lost mid-build), a lost scheduler, different software, or workers that do
+    not see the data. ``str()`` is the message shown to the user (exit code 1)."""
+
+
+class SchedulerAddressError(UsageError):
+    """A scheduler address that is not one (e.g. ``not-a-url``, ``http://...``): exit code 2."""
 
 
 class SourceMismatchWarning(UserWarning):
@@ -123,6 +143,134 @@ def _connect_timeout(seconds: float | None) -> float:
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
 
 
+QUIET_LOGGERS = ("distributed", "tornado")
+
+
+def quiet_dask_logs() -> None:
+    """From now on, let dask.distributed (and tornado, under it) log only CRITICAL records in this
+    process. For the command line, which reports a cluster failure itself in one line: without
+    this a lost scheduler adds Dask's reconnect errors and tracebacks to stderr."""
+    import logging
+
+    prefixes = tuple(f"{name}." for name in QUIET_LOGGERS)
+    known = list(logging.root.manager.loggerDict)
+    names = [*QUIET_LOGGERS, *(n for n in known if n.startswith(prefixes))]
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    events = logging.getLogger("asyncio")  # "Task exception was never retrieved" in Dask's loop
+    if not any(isinstance(f, _DaskTaskErrors) for f in events.filters):
+        events.addFilter(_DaskTaskErrors())
+
+
+class _DaskTaskErrors:
+    """A logging filter: drops records carrying an exception from dask.distributed or tornado."""
+
+    @staticmethod
+    def filter(record: Any) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or not type(exc).__module__.startswith(QUIET_LOGGERS)
+
+
+def address_problem(address: Any) -> str | None:
+    """What is wrong with ``address`` as a Dask scheduler address (``tcp://HOST:PORT``,
+    ``HOST:PORT``, ``tls://...``), or None when it is one. Nothing is contacted."""
+    from distributed.comm import registry
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    if not isinstance(address, str) or not address.strip():
+        return "it is empty"
+    if "\0" in address:
+        return "it contains a NUL byte"
+    try:
+        scheme, location = parse_address(address)
+        registry.get_backend(scheme)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            host, port = parse_host_port(location)
+            if not host or not 0 < int(port) < 65536:
+                return f"no host or no valid port in {location!r}"
+    except (ValueError, TypeError) as exc:
+        lines = str(exc).strip().splitlines()
+        return lines[0] if lines else type(exc).__name__
+    return None
+
+
+def check_address(address: Any, what: str = "--scheduler") -> str:
+    """``address`` if it is a Dask scheduler address, else ``SchedulerAddressError`` naming ``what``
+    (the option, variable or file it came from)."""
+    problem = address_problem(address)
+    if problem:
+        raise SchedulerAddressError(f"{what} {address!r} is not a Dask scheduler address (expected "
+                                    f"tcp://HOST:PORT): {problem}")
+    return address
+
+
+async def _identity(address: str, timeout: float) -> Any:
+    """Connect to ``address`` in Dask's protocol and ask for its identity (the reply, any type)."""
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        return await comm.read()
+    finally:
+        comm.abort()
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Raise ``ClusterError`` unless a Dask scheduler answers at ``address`` within ``timeout`` s.
+
+    Dask's own client waits for ever on a server that accepts connections and says nothing (its
+    handshake read has no timeout) and misreads other protocols (e.g. an HTTP server); this probe
+    runs in a daemon thread with its own event loop, so it returns within ``timeout`` + 1 s whatever
+    the other end does.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(asyncio.run(asyncio.wait_for(_identity(address, timeout), timeout)))
+        except BaseException as exc:  # any failure means "no scheduler there"
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="tpuprep-scheduler-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)
+    reply = outcome[0] if outcome else TimeoutError()
+    if isinstance(reply, dict) and reply.get("type") == "Scheduler":
+        return
+    if isinstance(reply, dict) and isinstance(reply.get("type"), str):
+        raise ClusterError(f"{address} is a Dask {reply['type'].lower()}, not a scheduler: pass "
+                           "the scheduler's address")
+    if isinstance(reply, asyncio.TimeoutError | TimeoutError):
+        raise ClusterError(f"no Dask scheduler answered at {address} within {timeout:g} s "
+                           "(something accepted the connection but did not speak Dask's protocol)"
+                           if _accepts(address) else
+                           f"cannot connect to Dask scheduler at {address} within {timeout:g} s")
+    if isinstance(reply, OSError) and not _accepts(address):
+        raise ClusterError(f"cannot connect to Dask scheduler at {address}: {_one_line(reply)}")
+    raise ClusterError(f"{address} is not a Dask scheduler (it does not answer in Dask's protocol: "
+                       f"{_one_line(reply)})")
+
+
+def _accepts(address: str) -> bool:
+    """Does something accept TCP connections at ``address`` (host:port after the scheme)?"""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        host, port = parse_host_port(parse_address(address)[1])
+        with socket.create_connection((host.strip("[]"), port), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type when it has no message, its first line otherwise."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def _wait_for_file(path: Path, seconds: float | None) -> None:
     """Wait for a scheduler file to appear (a scheduler that is still starting writes it); Dask's
     client would wait for ever."""
@@ -166,9 +314,13 @@ class DaskRunner:
     ``distributed.Client``, not closed by ``close()``). With none, the scheduler address comes from
     Dask's configuration (``DASK_SCHEDULER_ADDRESS`` or ``scheduler-address``).
 
-    ``timeout``: seconds to wait for ``min_workers`` workers; ``connect_timeout``: seconds to reach the
-    scheduler (default: Dask's ``distributed.comm.timeouts.connect``); ``retries``: reruns of a task
-    that raised.
+    ``connect_timeout``: seconds to reach the scheduler and hear it answer as one (default:
+    Dask's ``distributed.comm.timeouts.connect``); ``timeout``: seconds to wait for
+    ``min_workers`` workers; ``no_workers_timeout``: seconds a build waits, mid-build, while the
+    cluster has no worker at all (default: ``timeout``); ``retries``: reruns of a task that
+    raised; ``address_source``: where ``address`` came from, named when it is malformed (an
+    option, a variable or a run-file key); ``quiet``: silence Dask's own logging in this process
+    (``quiet_dask_logs``; the CLI does).
     """
 
     name = "dask"
@@ -184,37 +336,51 @@ class DaskRunner:
         min_workers: int = 1,
         timeout: float = 60.0,
         connect_timeout: float | None = None,
+        no_workers_timeout: float | None = None,
+        address_source: str = "--scheduler",
+        quiet: bool = False,
     ):
         from distributed import Client, LocalCluster
 
+        if quiet:
+            quiet_dask_logs()
         self.retries = retries
+        self.connect_timeout = _connect_timeout(connect_timeout)
+        self.no_workers_timeout = float(timeout if no_workers_timeout is None
+                                        else no_workers_timeout)
         self._cluster = None
         self._own_client = client is None
         self._paths_checked = False
         self._on_lost: dict[str, Callable[[str], Any]] = {}  # task key -> result when given up on
         self._submitted = 0
+        self._workerless_since: float | None = None
+        self.address = address
         if client is None and local_workers:
             self._cluster = LocalCluster(n_workers=local_workers, threads_per_worker=1, processes=True,
                                          dashboard_address=":0")
             client = Client(self._cluster, set_as_default=False)
         elif client is None:
+            what = address_source
             if not address and not scheduler_file:
                 import dask
 
                 address = dask.config.get("scheduler-address", None)
+                what = "DASK_SCHEDULER_ADDRESS"
                 if not address:
                     raise ClusterError("no Dask scheduler given: pass --scheduler ADDR or --scheduler-file F, "
                                        "or set DASK_SCHEDULER_ADDRESS")
-            where = address or f"the scheduler in {scheduler_file}"
             if scheduler_file and not address:
-                _wait_for_file(Path(scheduler_file), connect_timeout)
+                address = _address_from_file(Path(scheduler_file), self.connect_timeout)
+                what = f"the address in scheduler file {scheduler_file}"
+            self.address = check_address(address, what)
+            probe_scheduler(self.address, self.connect_timeout)
             try:
-                extra = {} if connect_timeout is None else {"timeout": connect_timeout}
-                client = Client(address, scheduler_file=str(scheduler_file) if scheduler_file else None,
-                                set_as_default=False, **extra)
+                client = Client(self.address, set_as_default=False, timeout=self.connect_timeout)
             except (OSError, TimeoutError, ValueError) as exc:
-                raise ClusterError(f"cannot connect to Dask scheduler at {where}: {exc}") from None
+                raise ClusterError(f"cannot connect to Dask scheduler at {self.address}: "
+                                   f"{_one_line(exc)}") from None
         self.client = client
+        self.address = self.address or getattr(getattr(client, "scheduler", None), "address", None)
         try:
             self._prepare(min_workers, timeout)
         except BaseException:
@@ -226,7 +392,7 @@ class DaskRunner:
             self.client.wait_for_workers(min_workers, timeout=timeout)
         except TimeoutError:
             raise ClusterError(f"no Dask workers joined scheduler {self.client.scheduler.address} within "
-                               f"{timeout:.0f} s (need {min_workers})") from None
+                               f"{timeout:g} s (need {min_workers})") from None
         self.environment = environment()
         try:
             found = self.client.run(environment)
@@ -276,24 +442,110 @@ class DaskRunner:
 
     def as_completed(self, futures: Iterable[Any]) -> Iterator[Any]:
         """Yield futures as they finish; a conversion task given up on (``KilledWorker``) comes back
-        as a finished future holding quarantine records for its files."""
+        as a finished future holding quarantine records for its files.
+
+        While nothing finishes, the cluster is checked every ``POLL_SECONDS``: ``ClusterError`` when
+        the scheduler is gone or no worker has been there for ``no_workers_timeout`` seconds.
+        """
         from distributed import as_completed
+
+        ac = as_completed(list(futures), loop=self.client.loop)
+        next_check = time.monotonic() + POLL_SECONDS
+        while not ac.is_empty():
+            batch = ac.next_batch(block=False)
+            for fut in batch:
+                yield self._finished(fut, ac.count() + 1)
+            now = time.monotonic()
+            if batch:
+                next_check = now + POLL_SECONDS
+                continue
+            if now >= next_check:
+                self._check_cluster(ac.count())
+                next_check = time.monotonic() + POLL_SECONDS
+            with ac.thread_condition:
+                ac.thread_condition.wait(timeout=0.05)
+
+    def _finished(self, fut: Any, unfinished: int) -> Any:
+        """A finished future-like for ``fut``: its result fetched here (bounded), a ``_Resolved``
+        quarantine result for a task that kept killing its workers, or ``fut`` if it erred."""
         from distributed.scheduler import KilledWorker
 
-        for fut in as_completed(list(futures), loop=self.client.loop):
-            on_lost = self._on_lost.pop(fut.key, None)
-            if fut.status == "error" and on_lost is not None and isinstance(fut.exception(), KilledWorker):
-                yield _Resolved(on_lost(_killed_reason(fut.exception())))
-                continue
-            yield fut
+        on_lost = self._on_lost.pop(fut.key, None)
+        if fut.status == "cancelled":
+            raise ClusterError(f"lost the Dask scheduler at {self.address} (the build's tasks "
+                               f"were cancelled: {_cancel_reason(fut)}); finished files are kept: "
+                               "run again with --resume")
+        if fut.status == "error":
+            exc = fut.exception()
+            if isinstance(exc, KilledWorker) and on_lost is not None:
+                return _Resolved(on_lost(_killed_reason(exc)))
+            return fut
+        while True:  # the result lives on a worker; if that one died, Dask recomputes it elsewhere
+            try:
+                return _Resolved(fut.result(timeout=POLL_SECONDS))
+            except TimeoutError:
+                self._check_cluster(unfinished)
+            except OSError as exc:  # CommClosedError: the scheduler went away while sending it
+                raise ClusterError(f"lost the Dask scheduler at {self.address} ({_one_line(exc)}); "
+                                   "finished files are kept: run again with --resume") from None
+
+    def _check_cluster(self, unfinished: int) -> None:
+        """Raise ``ClusterError`` if the scheduler is gone or has had no worker for too long."""
+        if self.client.status not in ("running", "connecting"):
+            raise ClusterError(f"lost the Dask scheduler at {self.address} (client "
+                               f"{self.client.status}); finished files are kept: run again with "
+                               "--resume")
+        try:
+            identity = self.client.sync(self.client.scheduler.identity, n_workers=0,
+                                        callback_timeout=self.connect_timeout)
+            workers = int(identity.get("n_workers", 1))
+        except (OSError, TimeoutError) as exc:
+            raise ClusterError(f"lost the Dask scheduler at {self.address} ({_one_line(exc)}); "
+                               "finished files are kept: run again with --resume") from None
+        now = time.monotonic()
+        if workers:
+            self._workerless_since = None
+            return
+        since = self._workerless_since = self._workerless_since or now
+        if now - since >= self.no_workers_timeout:
+            raise ClusterError(f"the Dask cluster at {self.address} has had no workers for "
+                               f"{self.no_workers_timeout:g} s ({unfinished} tasks unfinished); "
+                               "start workers and run again with --resume (finished files are "
+                               "kept)")
 
     def close(self) -> None:
-        """Disconnect (and stop the local cluster if this runner started one); an existing cluster stays up."""
-        if self._own_client and getattr(self, "client", None) is not None:
-            self.client.close()
+        """Disconnect (and stop the local cluster if this runner started one); an existing cluster
+        stays up. Bounded: a scheduler that is gone does not make this wait."""
+        client = getattr(self, "client", None) if self._own_client else None
+        self._own_client = False
+        if client is not None:
+            with contextlib.suppress(OSError, TimeoutError, RuntimeError):  # the scheduler is gone
+                client.close(timeout=CLOSE_SECONDS)
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+
+
+def _address_from_file(path: Path, seconds: float) -> str:
+    """The scheduler address in a Dask scheduler file (waiting ``seconds`` for it to appear)."""
+    _wait_for_file(path, seconds)
+    try:
+        address = json.loads(path.read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"{path} is not a Dask scheduler file (no scheduler address in it: "
+                           f"{_one_line(exc)})") from None
+    if not isinstance(address, str):
+        raise ClusterError(f"{path} is not a Dask scheduler file (its address is {address!r})")
+    return address
+
+
+def _cancel_reason(fut: Any) -> str:
+    """Why Dask cancelled ``fut`` (one line), e.g. ``scheduler-connection-lost``."""
+    try:
+        fut.result(timeout=0)
+    except BaseException as exc:  # FutureCancelledError is a BaseException
+        return getattr(exc, "reason", None) or _one_line(exc)
+    return "unknown"
 
 
 def _killed_reason(exc: BaseException) -> str:

@@ -11,18 +11,64 @@ N single-threaded workers use N cores, and load every Numba kernel once before t
 Worker death is an infrastructure failure, not a property of the batch: ``ProcessRunner`` resubmits
 the unfinished tasks on a fresh pool (a bounded number of times), and ``DaskRunner``
 (``tpuprep.runners.dask_cluster``) relies on the scheduler to reschedule the tasks of a lost worker.
+
+The reverse holds too: local worker processes never outlive their parent. They die with it
+(``PR_SET_PDEATHSIG`` on Linux, and a watchdog thread that polls the parent's pid everywhere), they
+ignore SIGINT (the parent decides what an interrupt means), and ``ProcessRunner.close()`` with tasks
+still running kills them rather than waiting for work nobody will collect.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .worker import warm_worker
+
+PARENT_POLL_SECONDS = 0.2
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def follow_parent(parent_pid: int, pdeathsig: bool = True,
+                  interval: float = PARENT_POLL_SECONDS) -> None:
+    """Make this process die when ``parent_pid`` (its parent) does.
+
+    On Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` has the kernel kill it at once, even inside a long
+    native call; the kernel ties that to the *thread* that started this process, so ``pdeathsig`` is
+    only set when that was the parent's main thread. Everywhere a daemon thread also polls
+    ``os.getppid()`` every ``interval`` s (a dead parent's children are re-parented) and exits.
+    """
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):  # no prctl: the watchdog remains
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before this process got here
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tpuprep-parent-watch", daemon=True).start()
+
+
+def pool_worker_init(parent_pid: int, pdeathsig: bool) -> None:
+    """Initializer of ``ProcessRunner`` workers: follow the parent, ignore SIGINT (Ctrl-C reaches
+    the whole process group; the parent stops the workers), then ``warm_worker``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    follow_parent(parent_pid, pdeathsig)
+    warm_worker()
 
 
 class WorkersLost(RuntimeError):
@@ -95,7 +141,8 @@ class ProcessRunner:
     future with ``BrokenProcessPool``. The runner then starts a fresh pool and resubmits the tasks
     that had not finished, at most ``max_restarts`` times per runner; after that it raises
     ``WorkersLost``. Tasks must be idempotent (tpuprep's are: they write their outputs atomically
-    under deterministic names).
+    under deterministic names), which also makes ``close()`` with tasks in flight (an interrupted
+    build) safe: it kills the workers instead of waiting for them.
     """
 
     name = "processes"
@@ -106,12 +153,14 @@ class ProcessRunner:
         self.restarts = 0
         self._generation = 0
         self._closed = False
+        self._inflight: set[cf.Future] = set()
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
+        main = threading.current_thread() is threading.main_thread()
         return cf.ProcessPoolExecutor(
             max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=warm_worker,
+            initializer=pool_worker_init, initargs=(os.getpid(), main),
         )
 
     def worker_pids(self) -> list[int]:
@@ -144,6 +193,8 @@ class ProcessRunner:
                 self._restart(generation)
                 continue
             task.generation = generation
+            self._inflight.add(task.future)
+            task.future.add_done_callback(self._inflight.discard)
             return
 
     def _resubmit(self, task: PoolTask) -> None:
@@ -173,5 +224,16 @@ class ProcessRunner:
                 pending[task.future] = task
 
     def close(self) -> None:
+        """Stop the pool. Idle workers exit normally; with tasks still running (an interrupted or
+        failed build) the workers are killed at once: nobody will collect their results."""
         self._closed = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        pool = self._pool
+        if any(not f.done() for f in list(self._inflight)):
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in processes:
+                p.kill()
+            for p in processes:
+                p.join(5)
+        pool.shutdown(wait=True, cancel_futures=True)
+
