@@ -19,12 +19,12 @@ from click.testing import CliRunner
 
 import tpuprep
 from tpuprep.build import build
+from tpuprep.cli import main
 from tpuprep.errors import UsageError
 from tpuprep.export import (
     LAYOUT_KEY_ORDER,
     TILE_KEY_ORDER,
     export,
-    export_cmd,
     graph_members,
     npz_relpath,
 )
@@ -295,20 +295,20 @@ def test_collections_and_splits_select(synth_shards, tmp_path):
 def test_export_command(synth_shards, tmp_path):
     runner = CliRunner()
     out = tmp_path / "cli"
-    result = runner.invoke(export_cmd, ["--shards", str(synth_shards), "--dst-npz", str(out), "--packed",
+    result = runner.invoke(main, ["export", "--shards", str(synth_shards), "--dst-npz", str(out), "--packed",
                                         "--collections", "tile", "--splits", "test,train"])
     assert result.exit_code == 0, result.output
     assert "exported" in result.output and "packed" in result.output
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.npz"))
     ds = tpuprep.open_dataset(synth_shards)
     assert files == sorted(npz_relpath(g, "tile:xla", s) for s in ("test", "train") for g in ds.graph_ids("tile:xla", s))
-    layout = runner.invoke(export_cmd, ["--shards", str(synth_shards), "--dst-npz", str(out), "--packed", "-q",
+    layout = runner.invoke(main, ["export", "--shards", str(synth_shards), "--dst-npz", str(out), "--packed", "-q",
                                         "--collections", "layout:nlp:random", "--splits", "valid"])
     assert layout.exit_code == 0 and layout.output == ""
     z = load_npz(next((out / "layout" / "nlp" / "random" / "valid").glob("*.npz")))
     assert z["node_config_feat"].dtype == np.int32 and z["node_config_feat"].shape[2] == 3
-    bad = runner.invoke(export_cmd, ["--shards", str(synth_shards), "--dst-npz", str(out), "--splits", "dev"])
+    bad = runner.invoke(main, ["export", "--shards", str(synth_shards), "--dst-npz", str(out), "--splits", "dev"])
     assert bad.exit_code == 2 and "unknown split" in bad.output
     (tmp_path / "empty").mkdir()
-    missing = runner.invoke(export_cmd, ["--shards", str(tmp_path / "empty"), "--dst-npz", str(out), "-q"])
+    missing = runner.invoke(main, ["export", "--shards", str(tmp_path / "empty"), "--dst-npz", str(out), "-q"])
     assert missing.exit_code == 1 and "manifest.json" in missing.output

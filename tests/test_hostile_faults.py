@@ -799,7 +799,7 @@ def test_dask_timeout_variable_is_checked(tmp_path, synth_root):
 
 
 def test_every_command_turns_os_errors_into_one_line(tmp_path, synth_shards):
-    """``_guard`` covers export and synth too (they printed tracebacks for these)."""
+    """``cli.common.guard`` covers export and synth too (they printed tracebacks for these)."""
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
     result = CliRunner().invoke(main, ["synth", "--dst", str(not_a_folder / "sub"), "-q"])

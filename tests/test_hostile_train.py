@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from train_fakes import make_fake_dataset
 
 import tpuprep
+from tpuprep.cli.train import evaluate_cmd, predict_cmd, train_cmd
 from tpuprep.errors import FatalError
 from tpuprep.train import (
     Ranker,
@@ -28,7 +29,6 @@ from tpuprep.train import (
     validate_submission,
     write_submission,
 )
-from tpuprep.train.cli import evaluate_cmd, predict_cmd, train_cmd
 from tpuprep.train.model import ModelConfig
 from tpuprep.train.predict import KAGGLE_TEST_ROWS, SubmissionError
 from tpuprep.train.ranker import BadModel, BadScores

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from tpuprep.train.cli import evaluate_cmd, predict_cmd, train_cmd
+from tpuprep.cli.train import evaluate_cmd, predict_cmd, train_cmd
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from train_fakes import make_fake_dataset
 
 import tpuprep
+from tpuprep.cli.train import evaluate_cmd, predict_cmd, train_cmd
 from tpuprep.train import (
     Ranker,
     TrainConfig,
@@ -25,7 +26,6 @@ from tpuprep.train import (
     write_outputs,
     write_submission,
 )
-from tpuprep.train.cli import evaluate_cmd, predict_cmd, train_cmd
 from tpuprep.train.evaluate import truth_path
 from tpuprep.train.metrics import expand_to_original
 from tpuprep.train.model import ModelConfig

@@ -29,21 +29,18 @@ bounded whatever its inflated size (≈ 2.6 GB as float32 for the largest real g
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
 import numpy as np
 
-from .errors import BadShards, FatalError, UsageError
+from .errors import BadShards, UsageError
 from .io.npz_writer import StreamedArray, write_npz
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected, split_graph_id
 
-EXIT_OK, EXIT_FATAL, EXIT_USAGE = 0, 1, 2
 CHUNK_BYTES = 32 << 20
 LAYOUT_KEY_ORDER = (*LAYOUT_KEYS, "config_inverse")
 TILE_KEY_ORDER = (*TILE_KEYS, "config_inverse")
@@ -129,7 +126,7 @@ def _inside(dst: Path, rel: str) -> Path:
 # --------------------------------------------------------------------------- export
 
 
-def _selected_graphs(ds: Dataset, collections: Sequence[str] | None,
+def selected_graphs(ds: Dataset, collections: Sequence[str] | None,
                      splits: Sequence[str] | None) -> list[tuple[str, str, str]]:
     """(graph id, collection, split) of every selected graph, sorted by graph id."""
     if splits:
@@ -166,7 +163,7 @@ def export(
     if dst == shards or shards in dst.parents:
         raise UsageError(f"--dst-npz {dst} must not lie inside the shard folder {shards}")
     ds = open_dataset(shards)
-    ids = _selected_graphs(ds, collections, splits)
+    ids = selected_graphs(ds, collections, splits)
     if not ids:
         raise UsageError(f"no graph in {shards} matches collections={collections or 'all'} splits={splits or 'all'}")
     report = ExportReport(dst)
@@ -181,47 +178,4 @@ def export(
     return report
 
 
-def _list(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
-
-
-@click.command("export")
-@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A shard folder written by `tpuprep build` (with its manifest.json).")
-@click.option("--dst-npz", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output root: files go to DIR/<layout|tile>/.../<split>/<stem>.npz.")
-@click.option("--packed", is_flag=True,
-              help="Write node_config_feat as (c_u, nc, 3) int32 base-7 codes instead of (c_u, nc, 18) float32.")
-@click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
-@click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | None, splits: str | None,
-               quiet: bool) -> None:
-    """Write the preprocessed graphs back as TpuGraphs-style .npz files (pruned, re-padded, deduplicated)."""
-    bar = None
-    try:
-        if not quiet:
-            total = len(_selected_graphs(open_dataset(shards), _list(collections), _list(splits)))
-            bar = click.progressbar(length=total, label="exporting", file=sys.stderr, show_pos=True)
-            bar.__enter__()
-        report = export(shards, dst_npz, packed=packed, collections=_list(collections), splits=_list(splits),
-                        progress=(lambda _rel: bar.update(1)) if bar else None)
-    except UsageError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except FatalError as exc:  # BadShards: a shard folder that cannot be trusted
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_FATAL)
-    except FileNotFoundError as exc:
-        click.echo(f"error: {exc} (is {shards} a finished tpuprep build?)", err=True)
-        sys.exit(EXIT_FATAL)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
-    if not quiet:
-        click.echo(f"exported {report.graphs} graphs ({report.bytes / 2**20:.1f} MB) to {report.root}"
-                   + (" with packed base-7 codes" if packed else ""))
-    sys.exit(EXIT_OK)
-
-
-__all__ = ["ExportReport", "export", "export_cmd", "graph_members", "npz_relpath"]
+__all__ = ["ExportReport", "export", "graph_members", "npz_relpath", "selected_graphs"]

@@ -33,14 +33,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import string
-import sys
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import click
 
 from .errors import UsageError
 from .io.files import looks_like_url
@@ -398,54 +394,5 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 # ------------------------------------------------------------------------------------ the command
 
 
-@click.command("run")
-@click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--src", default=None, type=click.Path(file_okay=False, path_type=Path),
-              help="Override the run file's src (relative to the current folder).")
-@click.option("--dst", default=None, type=click.Path(file_okay=False, path_type=Path),
-              help="Override the run file's dst (relative to the current folder).")
-@click.option("--workers", default=None, type=click.IntRange(1, 1024), help="Run on N local workers instead.")
-@click.option("--scheduler", default=None, help="Run on the Dask scheduler at ADDR instead.")
-@click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False), help="Run on this Dask cluster instead.")
-@click.option("--resume", is_flag=True, help="Finish an interrupted run of this file.")
-@click.option("--dry-run", is_flag=True, help="Print the plan and the files it would convert, and exit.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-@click.option("-v", "--verbose", is_flag=True, help="One line per converted file.")
-def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume, dry_run, quiet, verbose) -> None:
-    """Run the batch build described by a PIPELINE run file (TOML; see pipelines/README.md)."""
-    from .cli import EXIT_OK, EXIT_QUARANTINED, _guard, _Progress, summary_table
-
-    def go() -> int:
-        p = override(load_pipeline(pipeline), src=src, dst=dst, workers=workers, scheduler=scheduler,
-                     scheduler_file=scheduler_file, resume=resume)
-        if dry_run or not quiet:
-            click.echo(p.describe())
-        if dry_run:
-            if not p.src.exists() and p.synth is not None:
-                click.echo("\nsrc does not exist yet: it would be synthesised first, then converted")
-                return EXIT_OK
-            report = run_pipeline(p, dry_run=True)
-            files = report.manifest["inputs"]
-            click.echo(f"\nwould convert {len(files)} files; {len(report.records)} refused")
-            for f in files:
-                click.echo(f"  {f}")
-            return EXIT_QUARANTINED if report.records else EXIT_OK
-        if not p.src.exists() and p.synth is not None and not quiet:
-            click.echo(f"\nsynthesising the {p.synth.profile!r} profile (seed {p.synth.seed}) into {p.src} ...")
-        progress = _Progress(quiet, verbose)
-        started = time.perf_counter()
-        try:
-            report = run_pipeline(p, progress=progress, quiet_dask=True)
-        finally:
-            progress.close()
-        if not quiet:
-            click.echo("\n" + summary_table(report.manifest))
-            click.echo(f"\n{len(report.records) - len(report.quarantined)} converted, "
-                       f"{len(report.quarantined)} quarantined in {time.perf_counter() - started:.1f} s -> {p.dst}")
-        return EXIT_QUARANTINED if report.quarantined else EXIT_OK
-
-    sys.exit(_guard(go))
-
-
 __all__ = ["ClusterSpec", "Pipeline", "PipelineError", "SynthSpec", "load_pipeline", "make_pipeline_runner",
-           "override", "parse_pipeline", "run_cmd", "run_pipeline"]
+           "override", "parse_pipeline", "run_pipeline"]

@@ -1,6 +1,6 @@
 """Click commands ``tpuprep train``, ``tpuprep evaluate`` and ``tpuprep predict``.
 
-The main CLI registers :data:`train_cmd`, :data:`evaluate_cmd` and :data:`predict_cmd` in its group.
+``train_cmd``, ``evaluate_cmd`` and ``predict_cmd`` are registered on the ``tpuprep`` group at the end.
 The dataset reader is imported inside each command body (``tpuprep.open_dataset``), so importing this
 module costs nothing and never depends on the reader being importable.
 
@@ -21,7 +21,8 @@ from typing import Any
 import click
 
 from ..errors import FatalError
-from .losses import LOSSES
+from ..train.losses import LOSSES
+from .group import main
 
 
 class Failed(click.ClickException):
@@ -55,7 +56,7 @@ def _open(shards: str) -> Any:
 
 
 def _load_models(paths: tuple[str, ...]) -> list[Any]:
-    from .ranker import Ranker
+    from ..train.ranker import Ranker
 
     models = []
     for p in paths:
@@ -104,7 +105,7 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
               time_budget: float | None, holdout_fold: int | None, validate: bool,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
     """Train a torch-free ranking model for one collection."""
-    from .trainer import TrainConfig, train
+    from ..train.trainer import TrainConfig, train
 
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
@@ -137,7 +138,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
                  out_dir: str | None, baseline: bool, max_graphs: int | None,
                  max_configs: int | None, threads: int, quiet: bool) -> None:
     """Score models per graph and per collection (Kendall tau, OPA, slowdown, tile score)."""
-    from .evaluate import evaluate, format_table, write_outputs
+    from ..train.evaluate import evaluate, format_table, write_outputs
 
     ds = _open(shards)
     rankers = _load_models(models)
@@ -172,7 +173,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
 def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...], check: bool,
                 kaggle: bool, check_only: bool, threads: int) -> None:
     """Write a Kaggle submission CSV (ID,TopConfigs) over ORIGINAL config indices."""
-    from .predict import write_submission
+    from ..train.predict import write_submission
 
     if check_only and models:
         raise click.UsageError("--check-only checks an existing CSV; it takes no --model")
@@ -191,7 +192,12 @@ def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...
 
 def _check(out: str, ds: Any, split: str, kaggle: bool) -> None:
     """Validate ``out`` (see predict.validate_submission); one line on failure, exit 1."""
-    from .predict import KAGGLE_TEST_ROWS, kaggle_problems, read_submission, validate_submission
+    from ..train.predict import (
+        KAGGLE_TEST_ROWS,
+        kaggle_problems,
+        read_submission,
+        validate_submission,
+    )
 
     problems = validate_submission(out, ds, split, kaggle=kaggle)
     if problems:
@@ -207,3 +213,8 @@ def _check(out: str, ds: Any, split: str, kaggle: bool) -> None:
         click.echo(f"note: these shards are not the full TpuGraphs test set; Kaggle expects "
                    f"{sum(KAGGLE_TEST_ROWS.values())} rows over 5 collections (--kaggle checks that)",
                    err=True)
+
+
+main.add_command(train_cmd, "train")
+main.add_command(evaluate_cmd, "evaluate")
+main.add_command(predict_cmd, "predict")

@@ -1,0 +1,65 @@
+"""``tpuprep build``: convert a TpuGraphs npz tree into Parquet shards."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from .common import Progress, comma_list, report_build
+from .group import main
+
+
+def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, workers,
+               scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
+    from ..build import build
+    from ..options import BuildOptions
+    from ..runners import make_runner
+    from ..runners.worker import tune_malloc
+
+    opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
+                        compression_level=compression_level)
+    scheduler = scheduler or (None if scheduler_file or workers > 1 else os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    progress = Progress(quiet, verbose)
+    started = time.perf_counter()
+    runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
+    if runner is not None and runner.name == "serial":
+        tune_malloc()  # this process converts the files itself (a library caller's process is left alone)
+    try:
+        report = build(src, dst, opts, collections=collections, splits=splits, runner=runner, resume=resume,
+                       overwrite=overwrite, dry_run=dry_run, progress=progress)
+    finally:
+        progress.close()
+        if runner is not None:
+            runner.close()
+    return report_build(report, dry_run=dry_run, quiet=quiet, started=started, dst=dst)
+
+
+@main.command()
+@click.option("--src", required=True, help="npz/, npz_all/npz, a collection folder or a split folder.")
+@click.option("--dst", required=True, help="Shard folder (a local folder outside --src).")
+@click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")
+@click.option("--no-prune", is_flag=True, help="Keep whole layout graphs.")
+@click.option("--no-repad", is_flag=True, help="Keep the original 0 padding of node_feat.")
+@click.option("--no-dedup", is_flag=True, help="Keep duplicate configurations.")
+@click.option("--folds", default=5, show_default=True, type=click.IntRange(1, 1000), help="K of the grouped K-fold ids.")
+@click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
+@click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024), help="Local worker processes.")
+@click.option("--scheduler", default=None, help="Address of an existing Dask scheduler (tcp://host:port).")
+@click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False), help="Dask scheduler file.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted build in --dst.")
+@click.option("--overwrite", is_flag=True, help="Replace a previous build in --dst.")
+@click.option("--compression-level", default=3, show_default=True, type=click.IntRange(1, 22), help="zstd level.")
+@click.option("--dry-run", is_flag=True, help="List what would be converted and exit.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+@click.option("-v", "--verbose", is_flag=True, help="One line per converted file.")
+def build(src, dst, **kw) -> None:
+    """Convert a TpuGraphs npz tree into Parquet shards."""
+    kw["collections"] = comma_list(kw["collections"])
+    kw["splits"] = comma_list(kw["splits"])
+    sys.exit(_run_build(src, dst, **kw))
+
+

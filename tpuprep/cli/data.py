@@ -1,0 +1,82 @@
+"""``tpuprep info``, ``tpuprep verify`` and ``tpuprep export``: looking at, checking and exporting a shard folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .common import EXIT_FATAL, EXIT_OK, comma_list, human, summary_table
+from .group import main
+
+
+@main.command()
+@click.argument("dst", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest's collections as JSON.")
+def info(dst, as_json) -> None:
+    """Describe a shard folder."""
+    from ..shards.manifest import read_manifest
+
+    m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
+    if as_json:
+        click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
+        return
+    lines = [f"{dst}: schema {m['schema_version']}, tpuprep {m['versions']['tpuprep']}, "
+             f"options {m['options']}", summary_table(m),
+             f"\n{len(m['shards'])} shards, {human(sum(s['bytes'] for s in m['shards']))}; "
+             f"{len(m['quarantine'])} quarantined inputs"]
+    lines += [f"  quarantined: {q['file']}: {q['error']}" for q in m["quarantine"]]
+    click.echo("\n".join(lines))
+
+
+@main.command()
+@click.option("--src", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--dst", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--collections", default=None)
+@click.option("--splits", default=None)
+@click.option("-q", "--quiet", is_flag=True)
+def verify(src, dst, collections, splits, quiet) -> None:
+    """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
+    from ..verify import verify as run_verify
+
+    report = run_verify(src, dst, collections=comma_list(collections), splits=comma_list(splits),
+                        progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
+    for p in report.problems:
+        click.echo(f"MISMATCH {p}")
+    click.echo(f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "
+               + ("all exact" if report.ok else f"{len(report.problems)} problems"))
+    sys.exit(EXIT_OK if report.ok else EXIT_FATAL)
+
+
+@main.command("export")
+@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A shard folder written by `tpuprep build` (with its manifest.json).")
+@click.option("--dst-npz", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output root: files go to DIR/<layout|tile>/.../<split>/<stem>.npz.")
+@click.option("--packed", is_flag=True,
+              help="Write node_config_feat as (c_u, nc, 3) int32 base-7 codes instead of (c_u, nc, 18) float32.")
+@click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
+@click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | None, splits: str | None,
+               quiet: bool) -> None:
+    """Write the preprocessed graphs back as TpuGraphs-style .npz files (pruned, re-padded, deduplicated)."""
+    from .. import open_dataset
+    from ..export import export, selected_graphs
+
+    bar = None
+    try:
+        if not quiet:
+            total = len(selected_graphs(open_dataset(shards), comma_list(collections), comma_list(splits)))
+            bar = click.progressbar(length=total, label="exporting", file=sys.stderr, show_pos=True)
+            bar.__enter__()
+        report = export(shards, dst_npz, packed=packed, collections=comma_list(collections), splits=comma_list(splits),
+                        progress=(lambda _rel: bar.update(1)) if bar else None)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if not quiet:
+        click.echo(f"exported {report.graphs} graphs ({report.bytes / 2**20:.1f} MB) to {report.root}"
+                   + (" with packed base-7 codes" if packed else ""))
