@@ -522,3 +522,16 @@ def test_tile_fraction_compare_hammer(data):
     got = dedup_rows(float_keys(feat), rt, nz)
     ref = ref_dedup(feat, rt, nz)
     check_same(got, ref)
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=4, max_size=4))
+def test_exact_product_comparison_matches_python_integers(values):
+    """The tile tie-break compares runtime/normalizer fractions as a·b < c·d in 128 bits: exact for
+    every non-negative int64 (Python's unbounded integers are the oracle)."""
+    from tpuprep.kernels.dedup import _product128, _product_less
+
+    a, b, c, d = values
+    hi, lo = _product128(a, b)
+    assert (int(hi) << 64) | int(lo) == a * b
+    assert _product_less(a, b, c, d) == (a * b < c * d)
+    assert _product_less(a, b, a, b) is False

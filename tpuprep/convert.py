@@ -18,11 +18,11 @@ from .inputs import InputFile, read_graph
 from .io.npz import NpzFile
 from .moments import feature_moments
 from .options import BuildOptions
-from .tpugraphs import graph_fold
+from .tpugraphs import ConfigCounts, graph_fold
 
 
 @dataclass
-class ConvertedGraph:
+class ConvertedGraph(ConfigCounts):
     """Everything the shards hold for one graph (see schemas/*.json for the meaning of each array).
 
     Array fields share their names, shapes and dtypes with ``tpuprep.GraphRecord``, the reader's view of
@@ -51,14 +51,6 @@ class ConvertedGraph:
     config_runtime_normalizers: np.ndarray | None = None  # (c_u,) int64, tile, None on test
     config_runtime_normalizers_original: np.ndarray | None = None  # (c,) int64, tile, None on test
     warnings: tuple[str, ...] = ()
-
-    @property
-    def num_configs(self) -> int:
-        return int(self.config_inverse.shape[0])
-
-    @property
-    def num_unique_configs(self) -> int:
-        return int(self.group_size.shape[0])
 
     def feature_moments(self) -> dict:
         """Mergeable moments of node_feat[:, :134] (``tpuprep.moments``)."""

@@ -97,6 +97,20 @@ def selected(collection: str, wanted: Iterable[str] | None) -> bool:
     return any(collection == w or collection.startswith(w.rstrip(":") + ":") for w in wanted)
 
 
+class ConfigCounts:
+    """``num_configs`` (c) and ``num_unique_configs`` (c_u) of a graph record that holds
+    ``config_inverse`` (c,) and ``group_size`` (c_u,): the converter's ``ConvertedGraph`` and the
+    reader's ``GraphRecord`` alike."""
+
+    @property
+    def num_configs(self) -> int:
+        return int(self.config_inverse.shape[0])
+
+    @property
+    def num_unique_configs(self) -> int:
+        return int(self.group_size.shape[0])
+
+
 def graph_fold(gid: str, folds: int) -> int:
     """Deterministic grouped K-fold id of a graph: sha256 of its id modulo K."""
     return int.from_bytes(hashlib.sha256(gid.encode()).digest()[:8], "big") % max(folds, 1)

@@ -70,36 +70,27 @@ def _hash_row(row):
 
 
 @kernel
-def _product_less(a, b, c, d):
-    """Exact a·b < c·d for non-negative int64 values (128-bit products from 32-bit halves)."""
+def _product128(a, b):
+    """(hi, lo) uint64 halves of the exact 128-bit product of non-negative int64 ``a`` and ``b``
+    (schoolbook multiplication on 32-bit halves)."""
     mask = np.uint64(0xFFFFFFFF)
     s32 = np.uint64(32)
-
-    a_lo = np.uint64(a) & mask
-    a_hi = np.uint64(a) >> s32
-    b_lo = np.uint64(b) & mask
-    b_hi = np.uint64(b) >> s32
-    c_lo = np.uint64(c) & mask
-    c_hi = np.uint64(c) >> s32
-    d_lo = np.uint64(d) & mask
-    d_hi = np.uint64(d) >> s32
-
-    # a*b = hi1 * 2^64 + lo1
+    a_lo, a_hi = np.uint64(a) & mask, np.uint64(a) >> s32
+    b_lo, b_hi = np.uint64(b) & mask, np.uint64(b) >> s32
     ll = a_lo * b_lo
     lh = a_lo * b_hi
     hl = a_hi * b_lo
-    hh = a_hi * b_hi
     mid = (ll >> s32) + (lh & mask) + (hl & mask)
-    lo1 = (ll & mask) | ((mid & mask) << s32)
-    hi1 = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    lo = (ll & mask) | ((mid & mask) << s32)
+    hi = a_hi * b_hi + (lh >> s32) + (hl >> s32) + (mid >> s32)
+    return hi, lo
 
-    ll = c_lo * d_lo
-    lh = c_lo * d_hi
-    hl = c_hi * d_lo
-    hh = c_hi * d_hi
-    mid = (ll >> s32) + (lh & mask) + (hl & mask)
-    lo2 = (ll & mask) | ((mid & mask) << s32)
-    hi2 = hh + (lh >> s32) + (hl >> s32) + (mid >> s32)
+
+@kernel
+def _product_less(a, b, c, d):
+    """Exact a·b < c·d for non-negative int64 values (128-bit products)."""
+    hi1, lo1 = _product128(a, b)
+    hi2, lo2 = _product128(c, d)
     return hi1 < hi2 or (hi1 == hi2 and lo1 < lo2)
 
 

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from ..errors import BadShards, UsageError
 from ..io.files import looks_like_url
 from ..kernels.base7 import decode_base7
-from ..tpugraphs import collection_kind, graph_fold
+from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import read_manifest
 from .schema import table_schema
@@ -90,7 +90,7 @@ def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None)
 
 
 @dataclass
-class GraphRecord:
+class GraphRecord(ConfigCounts):
     """One graph as stored (SPEC §4). Shapes: n' kept nodes, m' kept edges, nc configurable nodes,
     c original configs, c_u unique configs. Runtimes in ns.
 
@@ -127,14 +127,6 @@ class GraphRecord:
     @property
     def kind(self) -> str:
         return collection_kind(self.collection)
-
-    @property
-    def num_configs(self) -> int:
-        return int(self.config_inverse.shape[0])
-
-    @property
-    def num_unique_configs(self) -> int:
-        return int(self.group_size.shape[0])
 
     def node_config_feat(self, rows: np.ndarray | list[int] | None = None) -> np.ndarray:
         """Decoded layouts (k, nc, 18) int8 of unique configs ``rows`` in the order given (all if None)."""
