@@ -29,7 +29,6 @@ zstd level) are checked for type and range only.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import stat
@@ -45,7 +44,7 @@ import pyarrow.compute as pc
 
 from .errors import BadInput, BadShards
 from .inputs import InputFile, discover
-from .io.files import sha256_file
+from .io.files import sha256_file, sha256_stream
 from .io.npz import NpzFile
 from .kernels.base7 import decode_base7
 from .shards.layout import MANIFEST
@@ -398,13 +397,12 @@ def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | None:
     except BadShards as exc:
         problems.append(str(exc))
         return None
-    digest = hashlib.sha256()
+    digest = None
     with open(path, "rb") as fh:  # fstat: the file hashed is the regular file checked
         st = os.fstat(fh.fileno())
         if stat.S_ISREG(st.st_mode) and st.st_size == shard["bytes"]:
-            while block := fh.read(1 << 22):
-                digest.update(block)
-    if not stat.S_ISREG(st.st_mode) or st.st_size != shard["bytes"] or digest.hexdigest() != shard["sha256"]:
+            digest = sha256_stream(fh)[0]
+    if digest != shard["sha256"]:
         problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
         return None
     return path

@@ -57,6 +57,12 @@ def atomic_open(path: str | Path, mode: str = "w", *, durable: bool = False, **k
         yield fh
 
 
+def write_bytes_atomic(path: str | Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` atomically (mode from the umask, like ``open()``)."""
+    with atomic_open(path, "wb", durable=durable) as fh:
+        fh.write(data)
+
+
 def write_text_atomic(path: str | Path, text: str, *, durable: bool = False) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_open(path, "w", durable=durable, encoding="utf-8") as fh:

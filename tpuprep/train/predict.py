@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FatalError
+from ..io.files import atomic_open
 from ._blas import blas_threads
 from .metrics import expand_to_original, fastest_first
 from .ranker import Ranker
@@ -128,19 +129,14 @@ def write_submission(ds: Any, rankers: Iterable[Ranker], out: str | os.PathLike[
 
 def _write_submission(ds: Any, rankers: Iterable[Ranker], out: Path, split: str) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
     n = 0
-    try:
-        with tmp.open("w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(HEADER)
-            for row in submission_rows(ds, rankers, split):
-                w.writerow(row)
-                n += 1
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a refused or interrupted submission leaves nothing behind
-        raise
+    # atomically: a refused or interrupted submission leaves nothing behind
+    with atomic_open(out, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(HEADER)
+        for row in submission_rows(ds, rankers, split):
+            w.writerow(row)
+            n += 1
     return n
 
 

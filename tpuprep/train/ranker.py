@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FatalError
+from ..io.files import write_bytes_atomic
 from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
@@ -59,34 +59,6 @@ def model_paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
     if p.suffix in (".npz", ".json"):
         p = p.with_suffix("")
     return p.with_name(p.name + ".npz"), p.with_name(p.name + ".json")
-
-
-def current_umask() -> int:
-    """The process umask (e.g. 0o022), read without changing it where /proc allows."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # no /proc: the classic set-and-restore (not thread-safe, but brief)
-    os.umask(mask)
-    return mask
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and a rename; the file's mode follows the umask
-    (0o666 & ~umask, like ``open()``), not mkstemp's private 0o600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            os.fchmod(f.fileno(), 0o666 & ~current_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass
@@ -188,8 +160,9 @@ class Ranker:
 
         buf = io.BytesIO()
         np.savez(buf, **self.params)
-        _atomic_write(npz, buf.getvalue())
-        _atomic_write(js, (json.dumps(self.to_json(), indent=1, allow_nan=True) + "\n").encode())
+        npz.parent.mkdir(parents=True, exist_ok=True)  # written like every tpuprep file: mode from the umask
+        write_bytes_atomic(npz, buf.getvalue())
+        write_bytes_atomic(js, (json.dumps(self.to_json(), indent=1, allow_nan=True) + "\n").encode())
         return npz, js
 
     @classmethod
