@@ -646,7 +646,7 @@ def _fail_on_call(n: int, exc: OSError, real: Callable) -> Callable:
             "/ro/shards/x.parquet: Read-only file system (EROFS)",
         ),
         (
-            "write_json_atomic",
+            "write_manifest",
             OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/full/.manifest.json.tmp"),
             "/full/.manifest.json.tmp: No space left on device (ENOSPC)",
         ),
@@ -659,20 +659,8 @@ def test_disk_full_or_read_only_dst_is_one_line_and_resume_is_identical(
     from tpuprep import build as build_module
 
     dst = tmp_path / "shards"
-    nth = {"write_parts": 5, "merge_parts": 1, "write_json_atomic": 1}[target]
-    # write_json_atomic also writes the sidecars (durable=False): fail only the manifest's write
-    real = getattr(build_module, target)
-    if target == "write_json_atomic":
-        fake = _fail_on_call(nth, exc, real)
-        monkeypatch.setattr(
-            build_module,
-            target,
-            lambda path, *a, **k: (
-                fake(path, *a, **k) if path.name == "manifest.json" else real(path, *a, **k)
-            ),
-        )
-    else:
-        monkeypatch.setattr(build_module, target, _fail_on_call(nth, exc, real))
+    nth = {"write_parts": 5, "merge_parts": 1, "write_manifest": 1}[target]
+    monkeypatch.setattr(build_module, target, _fail_on_call(nth, exc, getattr(build_module, target)))
     result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(dst), "-q"])
     assert result.exit_code == 1, result.output
     assert one_error_line(result.stderr) == f"error: {says}"
