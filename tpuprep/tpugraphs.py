@@ -13,8 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-
-import numpy as np
+from typing import Any
 
 # --------------------------------------------------------------------------- collections and splits
 
@@ -149,11 +148,24 @@ COL_CONV_KERNEL_SPATIAL = 101
 COL_LAYOUT = 134
 """node_feat columns 134..139: layout_minor_to_major of the output (0-padded, ambiguous)."""
 COLS_LAYOUT = slice(134, 140)
-REPADDED_COLUMNS = np.array([*range(95, 99), *range(101, 105), *range(134, 140)], dtype=np.int64)
-"""The node_feat columns whose zero padding tpuprep's re-padding may turn into −1."""
+_REPADDED = (*range(95, 99), *range(101, 105), *range(134, 140))
+# REPADDED_COLUMNS: (14,) int64 array, the node_feat columns whose zero padding tpuprep's re-padding
+# may turn into −1. Built on first use (module __getattr__ below), so that reading this vocabulary
+# (e.g. ``tpuprep info``) does not import NumPy.
 
 OPCODE_CONVOLUTION = 26
 OPCODE_DOT = 34
 OPCODE_RESHAPE = 75
 CONFIGURABLE_OPCODES = (OPCODE_CONVOLUTION, OPCODE_DOT, OPCODE_RESHAPE)
 """The only opcodes whose nodes carry layout configurations."""
+
+
+def __getattr__(name: str) -> Any:
+    """``REPADDED_COLUMNS`` on first use (imports NumPy then)."""
+    if name == "REPADDED_COLUMNS":
+        import numpy as np
+
+        value = np.array(_REPADDED, dtype=np.int64)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

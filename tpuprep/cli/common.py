@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -79,6 +79,23 @@ class Progress:
             self.bar = None
 
 
+class LazyChoice(click.Choice):
+    """A ``click.Choice`` whose choices come from ``load()`` when first needed (parsing the option,
+    or the command's own ``--help``), so that defining the command imports nothing heavy."""
+
+    def __init__(self, load: Callable[[], Sequence[str]], case_sensitive: bool = True):
+        self._load = load
+        super().__init__((), case_sensitive)
+
+    @property
+    def choices(self) -> Sequence[str]:  # type: ignore[override]
+        return tuple(self._load())
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        pass  # click.Choice.__init__ sets it; the loader is the source
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, delivered like Ctrl-C (``KeyboardInterrupt``) so that the same clean-up runs."""
 
@@ -125,29 +142,36 @@ def guard(fn: Callable[[], int | None]) -> int | None:
     lost local workers, Dask's comm errors and cancelled futures, and an interrupt (Ctrl-C, SIGTERM)
     -> 1. Anything else is a bug and keeps its traceback.
     """
-    import asyncio
-    import concurrent.futures as cf
-
-    from ..runners.local import WorkersLost
-
     try:
         return fn()
     except UsageError as exc:
         return _say(str(exc), EXIT_USAGE)
-    except (FatalError, WorkersLost) as exc:
+    except FatalError as exc:
         return _say(str(exc), EXIT_FATAL)
     except OSError as exc:
         if exc.errno == errno.EPIPE:
             raise  # stdout closed early (`tpuprep info | head`): click exits quietly
         return _say(describe_os_error(exc), EXIT_FATAL)
-    except (asyncio.CancelledError, cf.CancelledError) as exc:  # Dask's, or a closed pool's
-        return _say(f"work was cancelled: {_first_line(exc)}; finished files are kept (--resume)",
-                    EXIT_FATAL)
     except KeyboardInterrupt as exc:
         what = exc.args[0] if isinstance(exc, Interrupted) and exc.args else "SIGINT"
         hint = ("; finished files are kept: run the same command with --resume to finish the build"
                 if _command_name() in ("build", "run") else "")
         return _say(f"interrupted ({what}){hint}", EXIT_FATAL)
+    except BaseException as exc:
+        # Types of modules a command imported (runners, asyncio for Dask, a process pool): looked up
+        # only now, so that a command that never loads them (``info``, ``--help``) does not pay for them.
+        if isinstance(exc, _loaded(("tpuprep.runners.local", "WorkersLost"))):
+            return _say(str(exc), EXIT_FATAL)
+        if isinstance(exc, _loaded(("asyncio", "CancelledError"), ("concurrent.futures", "CancelledError"))):
+            return _say(f"work was cancelled: {_first_line(exc)}; finished files are kept (--resume)",
+                        EXIT_FATAL)
+        raise
+
+
+def _loaded(*names: tuple[str, str]) -> tuple[type, ...]:
+    """The classes ``module.attribute`` of those modules already imported (an exception of a module
+    never imported cannot have been raised)."""
+    return tuple(getattr(sys.modules[m], a) for m, a in names if m in sys.modules)
 
 
 def _say(message: str, code: int) -> int:

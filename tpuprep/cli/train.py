@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import FatalError
-from ..train.losses import LOSSES
+from .common import LazyChoice
 from .group import main
 
 
@@ -41,6 +41,13 @@ def refusals() -> Iterator[None]:
         yield
     except (FatalError, ValueError) as e:
         raise Failed(str(e)) from None
+
+
+def _losses() -> tuple[str, ...]:
+    """The trainer's loss names (importing the trainer costs Numba: only when they are needed)."""
+    from ..train.losses import LOSSES
+
+    return LOSSES
 
 
 def _open(shards: str) -> Any:
@@ -87,7 +94,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
-@click.option("--loss", default="hinge", show_default=True, type=click.Choice(LOSSES))
+@click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=None, type=click.FloatRange(min=0),
               help="Stop after this many seconds of training (the model is still saved).")

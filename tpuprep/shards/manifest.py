@@ -17,12 +17,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import BadShards
 from ..faults import checkpoint
 from ..io.files import write_json_atomic
-from ..moments import merge_moments
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
 from .layout import MANIFEST, SHARD_NAME
@@ -34,6 +31,7 @@ COUNT_FIELDS = ("graphs", "configs", "unique_configs", "nodes_before", "nodes_af
 
 def library_versions() -> dict[str, str]:
     import numba
+    import numpy as np
     import pyarrow
 
     from .. import __version__
@@ -57,6 +55,8 @@ def build_manifest(
     shards: Sequence[dict],
 ) -> dict:
     """Assemble the manifest from per-input records (sorted by path) and shard records."""
+    from ..moments import merge_moments  # NumPy: not needed to read a manifest (tpuprep info)
+
     collections: dict[str, dict] = {}
     for r in records:
         if r["status"] != "ok":

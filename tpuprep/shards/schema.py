@@ -13,19 +13,16 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+if TYPE_CHECKING:  # pyarrow is imported where it is used: reading the manifest does not need it
+    import pyarrow as pa
 
 SCHEMA_VERSION = "1.0"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
-_PRIMITIVES = {
-    "string": pa.string(), "binary": pa.binary(), "bool": pa.bool_(),
-    "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(),
-    "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
-    "float32": pa.float32(), "float64": pa.float64(),
-}
+_PRIMITIVE_NAMES = ("string", "binary", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                   "uint32", "uint64", "float32", "float64")
 _ENCODINGS = {"delta": "DELTA_BINARY_PACKED", "byte_stream_split": "BYTE_STREAM_SPLIT", "plain": "PLAIN"}
 
 
@@ -46,18 +43,22 @@ def split_type(text: str) -> tuple[str, str, int | None]:
 
 def parse_type(text: str) -> pa.DataType:
     """Parse a type string of the schema files into an Arrow type."""
+    import pyarrow as pa
+
     kind, inner, size = split_type(text)
     if kind == "fixed":
         return pa.list_(parse_type(inner), size)
     if kind == "list":
         return pa.list_(parse_type(inner))
-    if inner in _PRIMITIVES:
-        return _PRIMITIVES[inner]
+    if inner in _PRIMITIVE_NAMES:
+        return pa.bool_() if inner == "bool" else getattr(pa, inner)()
     raise ValueError(f"unknown type {text!r} in a schema file")
 
 
 def leaf_paths(name: str, dtype: pa.DataType) -> list[str]:
     """Parquet leaf column paths of an Arrow column, e.g. ``codes.list.element.list.element``."""
+    import pyarrow as pa
+
     if pa.types.is_list(dtype) or pa.types.is_fixed_size_list(dtype):
         return leaf_paths(f"{name}.list.element", dtype.value_type)
     return [name]
@@ -101,6 +102,8 @@ def _load_json(name: str) -> dict[str, Any]:
 @cache
 def table_schema(name: str) -> TableSchema:
     """The ``TableSchema`` of ``layout_graphs``, ``layout_configs``, ``tile_graphs`` or ``tile_configs``."""
+    import pyarrow as pa
+
     if name not in TABLES:
         raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
     doc = _load_json(name)
