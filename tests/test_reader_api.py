@@ -65,3 +65,42 @@ def test_trainer_normalises_with_the_datasets_rule(ds):
     m, sd = tpuprep.safe_normalizer(bad, -np.ones(134))
     assert (m == 0).all() and (sd == 1).all()
     assert np.isnan(bad).all()  # inputs are not modified
+
+
+def test_scan_configs_filters_and_selects_like_load_graph(ds):
+    import polars as pl
+
+    gid = ds.graph_ids(LAYOUT, "train")[1]
+    g = ds.load_graph(gid)
+    lf = ds.scan("configs", LAYOUT, split="train")
+    assert isinstance(lf, pl.LazyFrame)
+    got = (lf.filter(pl.col("graph_id") == gid).select("config_id", "runtime", "group_size")
+           .sort("config_id").collect())
+    assert got.columns == ["config_id", "runtime", "group_size"]
+    np.testing.assert_array_equal(got["runtime"].to_numpy(), g.config_runtime)
+    np.testing.assert_array_equal(got["group_size"].to_numpy(), g.group_size)
+    every = ds.scan("configs", LAYOUT).group_by("split").agg(pl.len()).collect()
+    want = {s: sum(ds.load_graph(i).num_unique_configs for i in ds.graph_ids(LAYOUT, s))
+            for s in ds.splits(LAYOUT)}
+    assert dict(zip(every["split"], every["len"], strict=True)) == want
+    graphs = ds.scan("graphs", "tile:xla", "valid").select("graph_id").collect()
+    assert sorted(graphs["graph_id"]) == ds.graph_ids("tile:xla", "valid")
+
+
+def test_scan_is_lazy_with_predicate_and_projection_pushdown(ds):
+    import polars as pl
+
+    plan = (ds.scan("graphs", LAYOUT, "train").filter(pl.col("graph_id") == "x")
+            .select("graph_id", "num_nodes").explain())
+    width = len(ds.scan("graphs", LAYOUT, "train").collect_schema())
+    assert f"PROJECT 2/{width} COLUMNS" in plan  # node_feat & co. are never read
+    assert 'SELECTION: (col("graph_id")) == ("x")' in plan or 'SELECTION: col("graph_id") == "x"' in plan
+
+
+def test_scan_refuses_unknown_names(ds):
+    with pytest.raises(ValueError, match="'graphs' or 'configs'"):
+        ds.scan("nodes", LAYOUT)
+    with pytest.raises(KeyError, match="no collection"):
+        ds.scan("graphs", "layout:xla:rand")
+    with pytest.raises(KeyError, match="no 'training' split"):
+        ds.scan("graphs", LAYOUT, "training")

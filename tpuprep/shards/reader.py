@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,10 @@ from ..kernels.base7 import decode_base7
 from ..tpugraphs import collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import read_manifest
-from .schema import table_schema
+from .schema import table_name, table_schema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:
@@ -415,6 +419,38 @@ class Dataset:
         _, _, g, row = self._graph_row_group(graph_id)
         return {f.name: g.column(f.name)[row].as_py() for f in g.schema
                 if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
+
+    def scan(self, table: str, collection: str, split: str | None = None) -> pl.LazyFrame:
+        """A lazy polars frame over the ``table`` shards (``"graphs"``: one row per graph, ``"configs"``:
+        one row per unique config) of ``collection``, one split or all, plus a ``split`` column.
+
+        Nothing is read until ``.collect()``: polars pushes filters down to the Parquet row groups
+        (their ``graph_id`` statistics skip other graphs) and reads only the columns a query uses.
+        Columns are those of ``docs/schema.md`` (runtimes int64 ns; ``codes`` binary). Each shard is
+        confined to the folder and its schema checked as in ``load_graph``; page checksums are not
+        verified by polars (``load_graph`` and ``tpuprep verify`` do). ``ValueError`` for another
+        ``table``, ``KeyError`` for an unknown collection or split."""
+        import polars as pl
+
+        if table not in ("graphs", "configs"):
+            raise ValueError(f"table must be 'graphs' or 'configs', not {table!r}")
+        if collection not in self.manifest["collections"]:
+            raise KeyError(f"no collection {collection!r} in {self.root} (it has {', '.join(self.collections)})")
+        splits = self.splits(collection)
+        if split is not None and split not in splits:
+            raise KeyError(f"{collection} has no {split!r} split in {self.root} (it has {', '.join(splits)})")
+        name = table_name(collection_kind(collection), table)
+        frames = []
+        for s in splits if split is None else [split]:
+            paths = [self.shard_path(i) for i, e in enumerate(self.manifest["shards"])
+                     if e["collection"] == collection and e["split"] == s and e["table"] == name]
+            for path in paths:
+                check_shard_schema(open_parquet(path), path, name)
+            if paths:
+                frames.append(pl.scan_parquet([str(p) for p in paths]).with_columns(split=pl.lit(s)))
+        if not frames:
+            raise BadShards(f"{self.root / MANIFEST}: lists no {table} shards of {collection}")
+        return pl.concat(frames) if len(frames) > 1 else frames[0]
 
     def iter_graphs(self, collection: str | None = None, split: str | None = None):
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
