@@ -186,14 +186,6 @@ def test_environment_variables_expand_in_paths(tmp_path, monkeypatch):
     ('src = "a"\ndst = "b"\n[synth]\nprofile = "tiny"\n', r"folder named npz"),
     ('src = "a"\ndst = "b"\ncluster = 3\n', r"\[cluster\] must be dict"),
     ('src = "a"\n dst = \n', r"not valid TOML"),
-])
-def test_mistakes_are_one_clear_error(tmp_path, text, message):
-    with pytest.raises(PipelineError, match=message) as info:
-        parse_pipeline(text, tmp_path / "bad.toml")
-    assert str(info.value).startswith(str(tmp_path / "bad.toml"))
-
-
-@pytest.mark.parametrize(("text", "message"), [
     ('src = "a"\ndst = "b"\n[options]\nhops = 2.0\n', r"\[options.hops\] must be int, not float 2.0"),
     ('src = "a"\ndst = "b"\n[options]\nfolds = true\n', r"\[options.folds\] must be int, not bool"),
     ('src = "a"\ndst = "b"\n[cluster]\ntype = "serial"\ntimeout = 5\n',
@@ -208,10 +200,10 @@ def test_mistakes_are_one_clear_error(tmp_path, text, message):
     ('src = "a"\ndst = "b"\n[synth]\nseed = "0"\n', r"\[synth.seed\] must be int, not str"),
     ('src = ""\ndst = "b"\n', r"\[src\] must not be empty"),
 ])
-def test_schema_refusals_are_one_line_naming_the_key(tmp_path, text, message):
+def test_mistakes_are_one_clear_error(tmp_path, text, message):
     with pytest.raises(PipelineError, match=message) as info:
         parse_pipeline(text, tmp_path / "bad.toml")
-    assert str(info.value).startswith(f"{tmp_path / 'bad.toml'}: [") and "\n" not in str(info.value)
+    assert str(info.value).startswith(str(tmp_path / "bad.toml")) and "\n" not in str(info.value)
 
 
 def test_run_files_are_validated_by_the_json_schema(tmp_path, monkeypatch):
