@@ -186,11 +186,54 @@ def test_environment_variables_expand_in_paths(tmp_path, monkeypatch):
     ('src = "a"\ndst = "b"\n[synth]\nprofile = "tiny"\n', r"folder named npz"),
     ('src = "a"\ndst = "b"\ncluster = 3\n', r"\[cluster\] must be dict"),
     ('src = "a"\n dst = \n', r"not valid TOML"),
+    ('src = "a"\ndst = "b"\n[options]\nhops = 2.0\n', r"\[options.hops\] must be int, not float 2.0"),
+    ('src = "a"\ndst = "b"\n[options]\nfolds = true\n', r"\[options.folds\] must be int, not bool"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntype = "serial"\ntimeout = 5\n',
+     r"\[cluster.timeout\] does not apply to cluster type 'serial'"),
+    ('src = "a"\ndst = "b"\n[cluster]\nscheduler = "tcp://x:1"\nworkers = 2\n',
+     r"\[cluster.workers\] does not apply to cluster type 'dask'"),
+    ('src = "a"\ndst = "b"\n[cluster]\nmin_workers = 2\n', r"\[cluster.min_workers\] does not apply"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntimeout = nan\n', r"\[cluster.timeout\] must be > 0"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntimeout = 0\n', r"\[cluster.timeout\] must be > 0"),
+    ('src = "a"\ndst = "b"\n[cluster]\ntype = "dask"\nretries = -1\n', r"\[cluster.retries\] must be at least 0"),
+    ('src = "a"\ndst = "b"\nsplits = "train,validation"\n', r"\[splits\] 'validation' is not a split"),
+    ('src = "a"\ndst = "b"\n[synth]\nseed = "0"\n', r"\[synth.seed\] must be int, not str"),
+    ('src = ""\ndst = "b"\n', r"\[src\] must not be empty"),
 ])
 def test_mistakes_are_one_clear_error(tmp_path, text, message):
     with pytest.raises(PipelineError, match=message) as info:
         parse_pipeline(text, tmp_path / "bad.toml")
-    assert str(info.value).startswith(str(tmp_path / "bad.toml"))
+    assert str(info.value).startswith(str(tmp_path / "bad.toml")) and "\n" not in str(info.value)
+
+
+def test_run_files_are_validated_by_the_json_schema(tmp_path, monkeypatch):
+    """schemas/run.schema.json is the source of truth: every shipped run file is valid under it, its
+    choices are the code's, and a change to it changes what parse_pipeline accepts."""
+    import dataclasses
+    import json
+    import tomllib
+
+    import jsonschema
+
+    from tpuprep.shards import schema as shard_schema
+    from tpuprep.synth import PROFILES
+    from tpuprep.tpugraphs import SPLITS
+
+    schema = json.loads((REPO / "schemas" / "run.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for run_file in RUN_FILES:
+        jsonschema.Draft202012Validator(schema).validate(tomllib.loads(run_file.read_text()))
+    defs = schema["$defs"]
+    assert defs["splits"]["items"]["enum"] == list(SPLITS)
+    assert defs["synth"]["properties"]["profile"]["enum"] == list(PROFILES)
+    json_type = {bool: "boolean", int: "integer"}
+    options = {f.name: json_type[type(getattr(BuildOptions(), f.name))] for f in dataclasses.fields(BuildOptions)}
+    assert {k: v["type"] for k, v in defs["options"]["properties"].items()} == options
+    parse_pipeline('src = "a"\ndst = "b"\n[options]\nhops = 4\n', tmp_path / "ok.toml")
+    schema["$defs"]["options"]["properties"]["hops"]["maximum"] = 3
+    monkeypatch.setattr(shard_schema, "run_schema", lambda: schema)
+    with pytest.raises(PipelineError, match=r"\[options.hops\] must lie in 0..3, not 4"):
+        parse_pipeline('src = "a"\ndst = "b"\n[options]\nhops = 4\n', tmp_path / "bad.toml")
 
 
 def test_cli_reports_a_bad_run_file_as_usage_error(tmp_path):

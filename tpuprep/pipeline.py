@@ -41,22 +41,15 @@ from typing import Any
 from .errors import UsageError
 from .io.files import looks_like_url
 from .options import BuildOptions
-from .tpugraphs import SPLITS
 
 
 class PipelineError(UsageError):
     """A run file is malformed; ``str()`` names the file and the key."""
 
 
-TOP_KEYS = {"name", "description", "src", "dst", "collections", "splits", "resume", "overwrite",
-            "options", "cluster", "synth"}
-OPTION_RANGES: dict[str, tuple[int, int]] = {
-    "hops": (0, 64), "folds": (1, 1000), "compression_level": (1, 22),
-    "chunk_bytes": (1 << 10, 1 << 40), "row_group_bytes": (1 << 10, 1 << 40), "shard_bytes": (1 << 10, 1 << 50),
-}
-CLUSTER_TYPES = ("serial", "local", "dask")
-CLUSTER_KEYS = {"type", "workers", "engine", "scheduler", "scheduler_file", "min_workers", "timeout", "retries"}
-SYNTH_KEYS = {"profile", "seed", "collections"}
+LIST_KEYS = ("collections", "splits", "synth.collections")  # a list, or one comma-separated string
+JSON_TYPES = {"integer": "int", "number": "int/float", "string": "str", "boolean": "bool", "object": "dict",
+              "array": "list", "null": "null"}
 
 
 @dataclass(frozen=True)
@@ -139,18 +132,75 @@ def _fail(path: Path, key: str, problem: str) -> PipelineError:
     return PipelineError(f"{path}: [{key}] {problem}")
 
 
-def _check_keys(path: Path, table: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise _fail(path, where + unknown[0], f"unknown key (allowed: {', '.join(sorted(allowed))})")
+def _comma_lists(doc: dict) -> dict:
+    """A copy of the document with the comma-separated strings of ``LIST_KEYS`` split into lists."""
+    doc = dict(doc)
+    for dotted in LIST_KEYS:
+        *parents, key = dotted.split(".")
+        table = doc
+        for parent in parents:
+            if not isinstance(table.get(parent), dict):
+                break
+            table[parent] = table = dict(table[parent])
+        else:
+            if isinstance(table.get(key), str):
+                table[key] = [v.strip() for v in table[key].split(",") if v.strip()]
+    return doc
 
 
-def _typed(path: Path, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    bad_bool = isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))
-    if bad_bool or not isinstance(value, kind):
-        names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise _fail(path, key, f"must be {names}, not {type(value).__name__} {value!r}")
-    return value
+def _validator():
+    """A Draft 2020-12 validator of ``schemas/run.schema.json`` whose integers are strict (TOML's 2.0
+    is a float, and a bool is never a number)."""
+    import jsonschema
+
+    from .shards.schema import run_schema
+
+    base = jsonschema.Draft202012Validator
+    strict = base.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, v: isinstance(v, int) and not isinstance(v, bool))
+    return jsonschema.validators.extend(base, type_checker=strict)(run_schema())
+
+
+def _schema_error(path: Path, error) -> PipelineError:
+    """One jsonschema error as one line: ``FILE: [dotted.key] problem``."""
+    keys = [str(k) for k in error.absolute_path if not isinstance(k, int)]  # a list item names its list
+    if "propertyNames" in error.absolute_schema_path:
+        keys.append(str(error.instance))  # the offending key itself
+    key, value, schema = ".".join(keys), error.instance, error.schema
+    custom = schema.get("x-error") if isinstance(schema, dict) else None
+    if custom:
+        return _fail(path, custom.get("key", key), custom["message"].format(value=value))
+    if error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        return _fail(path, ".".join([*keys, missing[0]]), "is required")
+    if error.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return _fail(path, ".".join([*keys, unknown[0]]), f"unknown key (allowed: {', '.join(allowed)})")
+    if error.validator == "type":
+        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        names = "/".join(JSON_TYPES[k] for k in kinds)
+        return _fail(path, key, f"must be {names}, not {type(value).__name__} {value!r}")
+    if error.validator in ("minimum", "maximum") and "minimum" in schema and "maximum" in schema:
+        return _fail(path, key, f"must lie in {schema['minimum']}..{schema['maximum']}, not {value}")
+    if error.validator == "minimum":
+        return _fail(path, key, f"must be at least {schema['minimum']}, not {value}")
+    if error.validator == "exclusiveMinimum":
+        return _fail(path, key, f"must be > {schema['exclusiveMinimum']}, not {value}")
+    if error.validator == "minLength":
+        return _fail(path, key, "must not be empty")
+    if error.validator == "enum":
+        return _fail(path, key, f"must be one of {', '.join(map(str, schema['enum']))}, not {value!r}")
+    return _fail(path, key, " ".join(error.message.split()))
+
+
+def _validate(path: Path, doc: dict) -> None:
+    """``PipelineError`` naming the first problem (by place in the file's key order) the schema finds."""
+    errors = list(_validator().iter_errors(doc))
+    if errors:
+        first = min(errors, key=lambda e: (e.validator not in ("additionalProperties", "required"),
+                                           len(e.absolute_path), [str(k) for k in e.absolute_path]))
+        raise _schema_error(path, first)
 
 
 def _expand(path: Path, key: str, value: str) -> str:
@@ -163,8 +213,8 @@ def _expand(path: Path, key: str, value: str) -> str:
     return os.path.expanduser(value)
 
 
-def _path(path: Path, key: str, value: Any) -> Path:
-    text = _expand(path, key, _typed(path, key, value, str))
+def _path(path: Path, key: str, value: str) -> Path:
+    text = _expand(path, key, value)
     if not text:
         raise _fail(path, key, "must not be empty")
     if "\0" in text:
@@ -175,75 +225,35 @@ def _path(path: Path, key: str, value: Any) -> Path:
     return p if p.is_absolute() else (path.parent / p).resolve()
 
 
-def _str_list(path: Path, key: str, value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    _typed(path, key, value, list)
-    items = tuple(_typed(path, key, v, str) for v in value)
-    return items or None
-
-
-def _options(path: Path, table: dict) -> BuildOptions:
-    fields = {f.name: f for f in dataclasses.fields(BuildOptions)}
-    _check_keys(path, table, set(fields), "options.")
-    values = {}
-    for key, value in table.items():
-        default = getattr(BuildOptions(), key)
-        _typed(path, f"options.{key}", value, type(default))
-        if key in OPTION_RANGES:
-            lo, hi = OPTION_RANGES[key]
-            if not lo <= value <= hi:
-                raise _fail(path, f"options.{key}", f"must lie in {lo}..{hi}, not {value}")
-        values[key] = value
-    return BuildOptions(**values)
+def _names(value: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(value) if value else None
 
 
 def _cluster(path: Path, table: dict) -> ClusterSpec:
-    _check_keys(path, table, CLUSTER_KEYS, "cluster.")
-    kind = table.get("type")
-    if kind is None:
-        kind = "dask" if ("scheduler" in table or "scheduler_file" in table) else "local"
-    if kind not in CLUSTER_TYPES:
-        raise _fail(path, "cluster.type", f"must be one of {', '.join(CLUSTER_TYPES)}, not {kind!r}")
+    """The cluster spec of a schema-valid ``[cluster]`` table whose ``type`` is filled in."""
+    kind = table["type"]
     spec: dict[str, Any] = {"type": kind}
     if kind == "local":
-        workers = _typed(path, "cluster.workers", table.get("workers", 1), int)
-        if not 1 <= workers <= 1024:
-            raise _fail(path, "cluster.workers", f"must lie in 1..1024, not {workers}")
-        engine = _typed(path, "cluster.engine", table.get("engine", "processes"), str)
-        if engine not in ("processes", "dask"):
-            raise _fail(path, "cluster.engine", f"must be 'processes' or 'dask', not {engine!r}")
-        spec |= {"workers": workers, "engine": engine}
-    misplaced = {"local": ("scheduler", "scheduler_file", "min_workers"), "serial": tuple(CLUSTER_KEYS - {"type"}),
-                 "dask": ("workers", "engine")}[kind]
-    for key in misplaced:
-        if key in table:
-            raise _fail(path, f"cluster.{key}", f"does not apply to cluster type {kind!r}")
+        spec |= {"workers": table.get("workers", 1), "engine": table.get("engine", "processes")}
     if kind == "dask":
-        if "scheduler" in table and "scheduler_file" in table:
-            raise _fail(path, "cluster.scheduler", "give scheduler or scheduler_file, not both")
         if "scheduler" in table:
             spec["scheduler"] = _scheduler(path, table["scheduler"])
         if "scheduler_file" in table:
             spec["scheduler_file"] = _path(path, "cluster.scheduler_file", table["scheduler_file"])
-        spec["min_workers"] = _typed(path, "cluster.min_workers", table.get("min_workers", 1), int)
-        if spec["min_workers"] < 1:
-            raise _fail(path, "cluster.min_workers", "must be at least 1")
+        spec["min_workers"] = table.get("min_workers", 1)
     if kind != "serial":
-        spec["timeout"] = float(_typed(path, "cluster.timeout", table.get("timeout", 60.0), (int, float)))
-        spec["retries"] = _typed(path, "cluster.retries", table.get("retries", 2), int)
-        if not spec["timeout"] > 0 or spec["retries"] < 0:  # (not > 0: also refuses nan)
-            raise _fail(path, "cluster.timeout", "timeout must be > 0 and retries >= 0")
+        spec["timeout"] = float(table.get("timeout", 60.0))
+        spec["retries"] = table.get("retries", 2)
+        if not spec["timeout"] > 0:  # nan passes the schema's exclusiveMinimum
+            raise _fail(path, "cluster.timeout", f"must be > 0, not {spec['timeout']}")
     return ClusterSpec(**spec)
 
 
-def _scheduler(path: Path, value: Any) -> str:
+def _scheduler(path: Path, value: str) -> str:
     """``[cluster] scheduler``, expanded and checked to be a Dask address (nothing is contacted)."""
     from .runners.dask_cluster import address_problem
 
-    address = _expand(path, "cluster.scheduler", _typed(path, "cluster.scheduler", value, str))
+    address = _expand(path, "cluster.scheduler", value)
     problem = address_problem(address)
     if problem:
         raise _fail(path, "cluster.scheduler", f"{address!r} is not a Dask scheduler address "
@@ -252,51 +262,40 @@ def _scheduler(path: Path, value: Any) -> str:
 
 
 def _synth(path: Path, table: dict, src: Path) -> SynthSpec:
-    from .synth import PROFILES
-
-    _check_keys(path, table, SYNTH_KEYS, "synth.")
-    profile = _typed(path, "synth.profile", table.get("profile", "tiny"), str)
-    if profile not in PROFILES:
-        raise _fail(path, "synth.profile", f"must be one of {', '.join(PROFILES)}, not {profile!r}")
     if src.name != "npz":
         raise _fail(path, "synth", f"src must be a folder named npz to be synthesised, not {src}")
-    return SynthSpec(profile, _typed(path, "synth.seed", table.get("seed", 0), int),
-                     _str_list(path, "synth.collections", table.get("collections")))
+    return SynthSpec(table.get("profile", "tiny"), table.get("seed", 0), _names(table.get("collections")))
 
 
 def parse_pipeline(text: str, path: str | Path) -> Pipeline:
-    """Parse run-file ``text``; ``path`` names it in errors and anchors its relative paths."""
+    """Parse run-file ``text``; ``path`` names it in errors and anchors its relative paths.
+
+    The document is checked against ``schemas/run.schema.json`` (keys, types, ranges, choices, keys that
+    exclude each other); what a schema cannot say (``$VAR`` expansion, URLs, Dask addresses, a
+    synthesised ``src`` named ``npz``) is checked here. Every problem is one ``PipelineError`` line
+    naming the file and the key."""
     path = Path(path).absolute()
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PipelineError(f"{path}: not valid TOML: {exc}") from None
-    _check_keys(path, doc, TOP_KEYS, "")
-    for key in ("src", "dst"):
-        if key not in doc:
-            raise _fail(path, key, "is required")
+    doc = _comma_lists(doc)
+    cluster = doc.get("cluster", {})
+    if isinstance(cluster, dict) and "type" not in cluster:
+        has_scheduler = "scheduler" in cluster or "scheduler_file" in cluster
+        doc["cluster"] = {**cluster, "type": "dask" if has_scheduler else "local"}
+    _validate(path, doc)
     src, dst = _path(path, "src", doc["src"]), _path(path, "dst", doc["dst"])
-    splits = _str_list(path, "splits", doc.get("splits"))
-    for s in splits or ():
-        if s not in SPLITS:
-            raise _fail(path, "splits", f"{s!r} is not a split ({', '.join(SPLITS)})")
-    resume = _typed(path, "resume", doc.get("resume", False), bool)
-    overwrite = _typed(path, "overwrite", doc.get("overwrite", False), bool)
-    if resume and overwrite:
-        raise _fail(path, "resume", "resume and overwrite exclude each other")
-    for key in ("options", "cluster", "synth"):
-        if key in doc:
-            _typed(path, key, doc[key], dict)
     return Pipeline(
         path=path,
-        name=_typed(path, "name", doc.get("name", path.stem), str),
-        description=_typed(path, "description", doc.get("description", ""), str),
+        name=doc.get("name", path.stem),
+        description=doc.get("description", ""),
         src=src, dst=dst,
-        collections=_str_list(path, "collections", doc.get("collections")),
-        splits=splits,
-        options=_options(path, doc.get("options", {})),
-        cluster=_cluster(path, doc.get("cluster", {})),
-        resume=resume, overwrite=overwrite,
+        collections=_names(doc.get("collections")),
+        splits=_names(doc.get("splits")),
+        options=BuildOptions(**doc.get("options", {})),
+        cluster=_cluster(path, doc["cluster"]),
+        resume=doc.get("resume", False), overwrite=doc.get("overwrite", False),
         synth=_synth(path, doc["synth"], src) if "synth" in doc else None,
     )
 

@@ -2,7 +2,9 @@
 
 Only pyarrow is used. A graph's configs are found through the Parquet row-group statistics on
 ``graph_id``, so loading one layout graph decompresses only that graph's row groups. Arrays come back
-as NumPy views of the Arrow buffers where Arrow allows it (no per-element Python work).
+as NumPy views of the Arrow buffers where Arrow allows it (no per-element Python work), and every array
+of a ``GraphRecord`` is read-only (``flags.writeable`` is False), whether it is such a view or a copy
+Arrow had to make: ``g.node_feat.copy()`` is the writable copy to modify in place.
 
 A shard folder is not trusted blindly (``BadShards``, one line naming the file and what is wrong):
 the manifest is checked on open (``manifest.check_manifest``: format, major schema version, options,
@@ -21,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +36,10 @@ from ..kernels.base7 import decode_base7
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import read_manifest
-from .schema import table_schema
+from .schema import table_name, table_schema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def open_parquet(path: Path) -> pq.ParquetFile:
@@ -101,6 +107,10 @@ class GraphRecord(ConfigCounts):
     config_codes (c_u, nc, 3) int32 (layout, else None); config_feat (c_u, 24) float32,
     config_runtime_normalizers (c_u,) int64 and config_runtime_normalizers_original (c,) int64
     (tile, normalizers None on test).
+
+    Every array is read-only (``flags.writeable`` False): most are zero-copy views of the Arrow
+    buffers the shard was decoded into, and the rest are frozen too so that all fields behave alike.
+    Take a writable copy with ``.copy()`` (e.g. ``x = g.node_feat.copy(); x[:, :134] -= mean``).
     """
 
     graph_id: str
@@ -134,6 +144,26 @@ class GraphRecord(ConfigCounts):
             raise ValueError(f"{self.graph_id} is a tile graph: it has config_feat, not node_config_feat")
         codes = self.config_codes if rows is None else self.config_codes[np.asarray(rows, dtype=np.int64)]
         return decode_base7(codes)
+
+
+def _read_only(record: GraphRecord) -> GraphRecord:
+    """Make every array field of ``record`` read-only (in place; views of Arrow buffers already are)."""
+    for value in vars(record).values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return record
+
+
+def safe_normalizer(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The one rule that makes train statistics safe to divide by: (mean, std_safe), float64 copies of
+    the same shape. A non-finite mean becomes 0; a std that is 0 (a column constant over the train
+    split), negative or non-finite becomes 1, so ``(x - mean) / std_safe`` is finite and leaves a
+    constant column centred instead of dividing by zero."""
+    mean = np.array(mean, np.float64)
+    std = np.array(std, np.float64)
+    mean[~np.isfinite(mean)] = 0.0
+    std[~np.isfinite(std) | (std <= 0)] = 1.0
+    return mean, std
 
 
 def shard_table(pf: pq.ParquetFile) -> str:
@@ -234,12 +264,26 @@ class Dataset:
                       if (collection is None or c == collection) and (split is None or s == split))
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
-        """Train-split statistics of node_feat[:, :134]: node_feat_mean / node_feat_std (134,) float64."""
+        """Train-split statistics of node_feat[:, :134] (``KeyError`` without train graphs):
+
+        ``node_feat_mean`` / ``node_feat_std`` (134,) float64 as recorded in the manifest (population
+        std; 0 for a column constant over the train split), ``node_feat_std_safe`` (134,) float64 (the
+        std with 0 → 1, :func:`safe_normalizer`: safe to divide by), ``constant_columns`` (k,) int64
+        (the columns whose std was replaced) and ``count`` (int: the train nodes they were taken over).
+        """
         s = self.manifest["collections"][collection].get("node_feat_stats")
         if not s:
             raise KeyError(f"{collection} has no train graphs, hence no feature statistics")
-        return {"node_feat_mean": np.asarray(s["mean"]), "node_feat_std": np.asarray(s["std"]),
-                "count": s["count"]}
+        mean, std = np.asarray(s["mean"], np.float64), np.asarray(s["std"], np.float64)
+        safe = safe_normalizer(mean, std)[1]
+        return {"node_feat_mean": mean, "node_feat_std": std, "node_feat_std_safe": safe,
+                "constant_columns": np.flatnonzero(safe != std), "count": s["count"]}
+
+    def normalizer(self, collection: str) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, std_safe), each (134,) float64: ``(g.node_feat[:, :134] - mean) / std_safe`` is the
+        collection's train standardisation with constant columns centred, never divided by zero."""
+        s = self.stats(collection)
+        return safe_normalizer(s["node_feat_mean"], s["node_feat_std"])
 
     def fold(self, graph_id: str) -> int:
         """The graph's grouped K-fold id (K = the build's --folds)."""
@@ -359,7 +403,7 @@ class Dataset:
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
                                                  else _flat(configs.column("normalizer")))
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
-        return record
+        return _read_only(record)
 
     def graph_row(self, graph_id: str) -> dict:
         """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``
@@ -367,6 +411,38 @@ class Dataset:
         _, _, g, row = self._graph_row_group(graph_id)
         return {f.name: g.column(f.name)[row].as_py() for f in g.schema
                 if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
+
+    def scan(self, table: str, collection: str, split: str | None = None) -> pl.LazyFrame:
+        """A lazy polars frame over the ``table`` shards (``"graphs"``: one row per graph, ``"configs"``:
+        one row per unique config) of ``collection``, one split or all, plus a ``split`` column.
+
+        Nothing is read until ``.collect()``: polars pushes filters down to the Parquet row groups
+        (their ``graph_id`` statistics skip other graphs) and reads only the columns a query uses.
+        Columns are those of ``docs/schema.md`` (runtimes int64 ns; ``codes`` binary). Each shard is
+        confined to the folder and its schema checked as in ``load_graph``; page checksums are not
+        verified by polars (``load_graph`` and ``tpuprep verify`` do). ``ValueError`` for another
+        ``table``, ``KeyError`` for an unknown collection or split."""
+        import polars as pl
+
+        if table not in ("graphs", "configs"):
+            raise ValueError(f"table must be 'graphs' or 'configs', not {table!r}")
+        if collection not in self.manifest["collections"]:
+            raise KeyError(f"no collection {collection!r} in {self.root} (it has {', '.join(self.collections)})")
+        splits = self.splits(collection)
+        if split is not None and split not in splits:
+            raise KeyError(f"{collection} has no {split!r} split in {self.root} (it has {', '.join(splits)})")
+        name = table_name(collection_kind(collection), table)
+        frames = []
+        for s in splits if split is None else [split]:
+            paths = [self.shard_path(i) for i, e in enumerate(self.manifest["shards"])
+                     if e["collection"] == collection and e["split"] == s and e["table"] == name]
+            for path in paths:
+                check_shard_schema(open_parquet(path), path, name)
+            if paths:
+                frames.append(pl.scan_parquet([str(p) for p in paths]).with_columns(split=pl.lit(s)))
+        if not frames:
+            raise BadShards(f"{self.root / MANIFEST}: lists no {table} shards of {collection}")
+        return pl.concat(frames) if len(frames) > 1 else frames[0]
 
     def iter_graphs(self, collection: str | None = None, split: str | None = None):
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""

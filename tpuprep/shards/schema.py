@@ -124,6 +124,11 @@ def manifest_schema() -> dict[str, Any]:
     return _load_json("manifest.schema")
 
 
+def run_schema() -> dict[str, Any]:
+    """The JSON Schema of a ``tpuprep run`` file (``schemas/run.schema.json``)."""
+    return _load_json("run.schema")
+
+
 def table_name(kind: str, table: str) -> str:
     """``table_name("layout", "configs") == "layout_configs"``."""
     return f"{kind}_{table}"

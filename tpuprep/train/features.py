@@ -2,7 +2,8 @@
 
 Node input features (F = 177 columns, float):
   * cols 0..133 of ``node_feat`` standardised with the collection's train statistics
-    ``(x − mean) / std`` (std ≤ 0 or non-finite → 1), clipped to ±``CLIP`` — except the −1-padded
+    ``(x − mean) / std_safe`` (``tpuprep.safe_normalizer``, the rule behind ``Dataset.normalizer``:
+    std ≤ 0 or non-finite → 1, non-finite mean → 0), clipped to ±``CLIP`` — except the −1-padded
     sequences 31–36, 95–98, 101–104, which are small axis indices and stay as they are;
   * cols 134..139 (layout_minor_to_major, −1-padded) as a 7-way one-hot each (values −1..5), 42 columns —
     the same value space as the layout configuration slots;
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import encode_base7
+from .. import encode_base7, safe_normalizer
 from ..tpugraphs import OPCODE_CONVOLUTION, OPCODE_DOT
 from .kernels import csr_spmm_batched
 
@@ -134,15 +135,13 @@ class PreparedGraph:
 
 
 def clean_stats(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Validate (134,) mean / std; non-finite means → 0, std ≤ 0 or non-finite → 1. float64 copies."""
-    mean = np.asarray(mean, np.float64).reshape(-1).copy()
-    std = np.asarray(std, np.float64).reshape(-1).copy()
+    """Validate (134,) mean / std and make them safe with the dataset's own rule
+    (``tpuprep.safe_normalizer``: non-finite means → 0, std ≤ 0 or non-finite → 1). float64 copies."""
+    mean = np.asarray(mean, np.float64).reshape(-1)
+    std = np.asarray(std, np.float64).reshape(-1)
     if mean.shape != (N_NUM,) or std.shape != (N_NUM,):
         raise ValueError(f"feature stats must have shape ({N_NUM},), got {mean.shape} and {std.shape}")
-    mean[~np.isfinite(mean)] = 0.0
-    bad = ~np.isfinite(std) | (std <= 0)
-    std[bad] = 1.0
-    return mean, std
+    return safe_normalizer(mean, std)
 
 
 def node_features(node_feat: np.ndarray, mean: np.ndarray, std: np.ndarray,
