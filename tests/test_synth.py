@@ -624,3 +624,18 @@ def test_bench_has_one_graph_at_the_real_maximum() -> None:
     nc = len(plan.node_config_ids)
     assert nc >= 350 and synth.MAX_CONFIGS * nc * 18 * 4 >= 2.5e9
     assert graph.node_feat.shape[0] < 20_000
+
+
+def test_cli_fraction_and_resume(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tpuprep.cli import main
+
+    args = ["synth", "--dst", str(tmp_path / "s"), "--profile", "tiny", "--fraction", "0.5"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0 and "16 files in" in first.output, first.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "16 files (16 already there)" in again.output, again.output
+    for bad in ("0", "1.5"):
+        wrong = CliRunner().invoke(main, [*args[:-1], bad])
+        assert wrong.exit_code == 2 and "--fraction" in wrong.output
