@@ -84,6 +84,18 @@ class LocalDaskCluster:
         """The largest peak RSS of any process of any worker (nanny or worker process)."""
         return max((_vm_hwm_mb(pid) for p in self._worker_procs for pid in _session_pids(p.pid)), default=0.0)
 
+    def worker_cpu_s(self) -> float:
+        """User + system CPU seconds used so far by every process of every worker (from /proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for p in self._worker_procs:
+            for pid in _session_pids(p.pid):
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    fields = stat[stat.rindex(")") + 2 :].split()
+                    total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        return total / tick
+
     def __exit__(self, *exc: object) -> None:
         for proc in reversed(self._procs):  # workers first, then the scheduler
             if proc.poll() is None:

@@ -81,3 +81,59 @@ def test_training_benchmark_runs_on_tiny_and_on_the_real_alexnet(tmp_path):
         # 20 % of the 29,905 unique configs held out, with all their duplicates
         assert a["scored_unique_configs"] == round(0.2 * 29_905)
         assert a["configs"] == a["steps"] * 64  # training configs: 64 per step on this big graph
+
+
+def test_scale_rehearsal_runs_every_step_on_a_fraction_of_tiny(tmp_path):
+    """The full-scale rehearsal harness end to end on half of ``tiny``, with a real 2-worker Dask
+    cluster (resuming the corpus is tested in test_synth)."""
+    out = tmp_path / "s.json"
+    work = tmp_path / "w"
+    proc = run_module("benchmarks.scale", "--work", str(work), "--profile", "tiny", "--fraction", "0.5",
+                      "--train-budget", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["generate"]["files_written"] == res["corpus"]["files"] == 16  # ceil(count / 2) per split
+    for step in ("generate", "floor", "build", "dask", "verify", "open", "train"):
+        assert res[step]["wall_s"] > 0 and res[step]["peak_rss_mb"] > 0 and res[step]["processes"], step
+    workers = [p for p in res["build"]["processes"] if p["role"] == "worker"]
+    assert len(workers) == 2 and all(p["peak_rss_mb"] > 50 for p in workers)
+    assert res["build"]["files_per_s"] > 0 and res["build"]["cpu_s"] > 0
+    assert res["dask"]["identical_to_build"] and res["dask"]["peak_worker_rss_mb"] > 50
+    assert res["dask"]["cpu_s"] > res["dask"]["client_cpu_s"]  # the workers' CPU time is counted
+    assert not (work / "shards-dask").exists()
+    assert len(res["open"]["graphs"]) >= 5 and res["open"]["open_s"] > 0
+    coll = res["corpus"]["collections"]
+    assert set(coll) == {"tile:xla", "layout:xla:default", "layout:xla:random", "layout:nlp:default",
+                         "layout:nlp:random"}
+    assert all(r["npz_bytes"] > 0 and r["shard_bytes"] > 0 and r["inflated_bytes"] > r["npz_bytes"]
+               for r in coll.values())
+    plan = res["corpus"]["plan"]  # the plan's node_config_feat bytes are exactly the corpus's
+    assert plan["config_feat_bytes"] == sum(r["config_feat_bytes"] for r in coll.values())
+    assert plan["byte_factor"] > 1
+    assert res["corpus"]["disk_bytes"] > res["corpus"]["npz_disk_bytes"] > 0
+    whole = res["whole_dataset"]
+    assert whole["count_factor"] == 2.0
+    assert whole["build"]["whole_profile_min"] == round(res["build"]["wall_s"] * 2 / 60, 2)
+    assert {"build: peak worker RSS (MB)", "dask: whole profile (min, x 1/fraction)"} <= set(res["goals"])
+    assert (work / "model.npz").is_file()
+
+
+def test_build_breakdown_profiles_the_steady_state(synth_root, tmp_path):
+    """benchmarks.breakdown: the profiled build's buckets account for its CPU time, start-up apart."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from benchmarks.breakdown import OTHER, bucket_of, choose, profile_build
+
+    out = tmp_path / "p.json"
+    profile_build(str(synth_root / "npz"), str(tmp_path / "shards"), str(out))
+    res = json.loads(out.read_text())
+    buckets = res["buckets_s"]
+    assert 0.5 * res["cpu_s"] <= sum(buckets.values()) <= 1.05 * res["cpu_s"]
+    assert buckets["inflate"] > 0 and buckets["Parquet + zstd write"] > 0
+    assert res["startup_cpu_s"] > 0 and res["phases"]["process_batch (cumulative)"] > 0
+    assert bucket_of(("~", 0, "<method 'decompress' of 'isal_zlib.Decompress' objects>")) == "inflate"
+    assert bucket_of(("/x/tpuprep/kernels/dedup.py", 1, "_add_rows")) == "dedup hash (Numba)"
+    assert bucket_of(("/x/tpuprep/build.py", 1, "plan_batches")) == OTHER
+    sets = choose(synth_root / "npz", 2)
+    assert [len(v) for v in sets.values()] == [1, 1, 2]

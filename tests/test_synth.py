@@ -215,6 +215,97 @@ def test_deterministic_and_order_independent(tiny, tmp_path: Path) -> None:
     assert other.files != [f for f in summary.files if "/tile/" in f]
 
 
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+def test_resume_skips_finished_files_and_redoes_damaged_ones(tiny, tmp_path: Path) -> None:
+    """A second run keeps every file that is still as recorded and rewrites the rest, identically."""
+    ref_root, ref, _ = tiny
+    root = tmp_path / "t"
+    first = synth.synthesize(root, "tiny", 0)
+    assert first.reused == 0 and first.files == ref.files
+    layout = [f for f in first.files if "/layout/" in f]
+    truncated, missing, flipped = root / layout[0], root / layout[1], root / first.files[0]
+    truncated.write_bytes(truncated.read_bytes()[:-100])  # as if copied back incompletely
+    missing.unlink()
+    raw = bytearray(flipped.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # same size, different content
+    flipped.write_bytes(bytes(raw))
+    lost_truth = root / first.truth_files[-1]
+    lost_truth.unlink()
+    stale = truncated.with_name(f".{truncated.name}.tmp-99999")  # left by a killed writer
+    stale.write_bytes(b"partial")
+    with open(root / "synth-journal.jsonl", "a") as fh:
+        fh.write('{"npz": "npz/tile/xla/train/x.npz", "trunc')  # a run killed while appending
+    damaged = {truncated, missing, flipped, root / first.files[-1]}
+    untouched = {root / f: _stamp(root / f) for f in first.files if root / f not in damaged}
+    seen: list[str] = []
+    again = synth.synthesize(root, "tiny", 0, progress=seen.append)
+    assert again.reused == len(first.files) - 4 and seen == again.files == first.files
+    assert {p: _stamp(p) for p in untouched} == untouched  # not rewritten
+    for rel in first.files + first.truth_files:
+        assert (root / rel).read_bytes() == (ref_root / rel).read_bytes(), rel
+    assert not stale.exists()
+    assert (again.total_bytes, again.truth_bytes) == (first.total_bytes, first.truth_bytes)
+    assert {c: (n.files, n.configs) for c, n in again.counts.items()} == {
+        c: (n.files, n.configs) for c, n in first.counts.items()
+    }
+    # another seed (same names for layout train files) is not taken for this one
+    other = synth.synthesize(root, "tiny", 1, collections=["layout:xla:random"])
+    assert other.reused == 0
+
+
+def test_journal_ignores_documentation_but_not_code() -> None:
+    from tpuprep.synth.journal import _code_of
+
+    code = 'def f(x):\n    return x + 1\n'
+    documented = '"""Module."""\n# a comment\ndef f(x):\n    """Add one."""\n    return x + 1  # one\n'
+    assert _code_of(code) == _code_of(documented)
+    assert _code_of(code) != _code_of(code.replace("+ 1", "+ 2"))
+
+
+def test_fraction_keeps_the_first_files_of_every_split() -> None:
+    full = synth.file_plan("full", 0)
+    quarter = synth.file_plan("full", 0, fraction=0.25)
+    assert set(quarter) <= set(full)
+    counts = {
+        (c, sp): sum(1 for s in quarter if (s.collection, s.split) == (c, sp))
+        for c in synth.COLLECTIONS
+        for sp in synth.SPLITS
+    }
+    assert counts == {
+        ("tile:xla", "train"): 1428, ("tile:xla", "valid"): 169, ("tile:xla", "test"): 211,
+        ("layout:xla:default", "train"): 16, ("layout:xla:default", "valid"): 2,
+        ("layout:xla:default", "test"): 2,
+        ("layout:xla:random", "train"): 18, ("layout:xla:random", "valid"): 2,
+        ("layout:xla:random", "test"): 2,
+        ("layout:nlp:default", "train"): 50, ("layout:nlp:default", "valid"): 5,
+        ("layout:nlp:default", "test"): 5,
+        ("layout:nlp:random", "train"): 52, ("layout:nlp:random", "valid"): 5,
+        ("layout:nlp:random", "test"): 5,
+    }  # fmt: skip
+    assert all(s.index < counts[s.collection, s.split] for s in quarter)
+    layout = [s for s in quarter if s.collection != "tile:xla"]
+    big = [s for s in layout if synth.layout_config_count(s, "full") == synth.MAX_CONFIGS]
+    assert len(big) >= 20 and {s.collection for s in big} == set(synth.COLLECTIONS[1:])
+    tiny = synth.file_plan("tiny", 0, fraction=0.01)  # every split keeps at least one file
+    assert len(tiny) == sum(1 for c in synth.PROFILES["tiny"].counts.values() for k in c if k)
+    for bad in (0.0, -0.5, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="fraction"):
+            synth.file_plan("tiny", 0, fraction=bad)
+
+
+def test_fraction_tree_is_a_subset_of_the_whole_tree(tiny, tmp_path: Path) -> None:
+    root, summary, _ = tiny
+    half = synth.synthesize(tmp_path / "half", "tiny", 0, fraction=0.5)
+    assert half.fraction == 0.5 and set(half.files) < set(summary.files)
+    assert len(half.files) == 2 + 1 + 1 + 4 * 3  # tile (3, 2, 2) -> (2, 1, 1); layout (1, 1, 1) each
+    for rel in half.files + half.truth_files:
+        assert (tmp_path / "half" / rel).read_bytes() == (root / rel).read_bytes(), rel
+
+
 def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown profile"):
         synth.synthesize(tmp_path, "huge")
@@ -533,3 +624,18 @@ def test_bench_has_one_graph_at_the_real_maximum() -> None:
     nc = len(plan.node_config_ids)
     assert nc >= 350 and synth.MAX_CONFIGS * nc * 18 * 4 >= 2.5e9
     assert graph.node_feat.shape[0] < 20_000
+
+
+def test_cli_fraction_and_resume(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tpuprep.cli import main
+
+    args = ["synth", "--dst", str(tmp_path / "s"), "--profile", "tiny", "--fraction", "0.5"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0 and "16 files in" in first.output, first.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "16 files (16 already there)" in again.output, again.output
+    for bad in ("0", "1.5"):
+        wrong = CliRunner().invoke(main, [*args[:-1], bad])
+        assert wrong.exit_code == 2 and "--fraction" in wrong.output

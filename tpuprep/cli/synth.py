@@ -19,16 +19,25 @@ from .group import main
 @click.option("--profile", default="tiny", show_default=True, type=click.Choice(["tiny", "small", "bench", "full"]))
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--collections", default=None, help="Comma-separated collection ids to write.")
+@click.option("--fraction", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Only the first ceil(F x count) files of every collection and split, each the same "
+                   "file as in the whole profile (e.g. 0.25 for a quarter-scale rehearsal of full).")
 @click.option("-q", "--quiet", is_flag=True)
-def synth(dst, profile, seed, collections, quiet) -> None:
-    """Write a synthetic TpuGraphs tree (DST/npz/...) and its noise-free runtimes (DST/truth/...)."""
+def synth(dst, profile, seed, collections, fraction, quiet) -> None:
+    """Write a synthetic TpuGraphs tree (DST/npz/...) and its noise-free runtimes (DST/truth/...).
+
+    Resumable: run the same command again after an interruption; files already finished (as recorded
+    in DST/synth-journal.jsonl, same size and sha256) are kept, the rest is written.
+    """
     from ..synth import synthesize
 
     started = time.perf_counter()
-    summary = synthesize(dst, profile, seed, collections=comma_list(collections),
-                         progress=None if quiet else (lambda p: click.echo(f"wrote {p}", err=True)))
+    summary = synthesize(dst, profile, seed, collections=comma_list(collections), fraction=fraction,
+                         progress=None if quiet else (lambda p: click.echo(f"done {p}", err=True)))
     if not quiet:
-        click.echo(f"{len(summary.files)} files in {time.perf_counter() - started:.1f} s under {Path(dst) / 'npz'}")
+        reused = f" ({summary.reused} already there)" if summary.reused else ""
+        click.echo(f"{len(summary.files)} files{reused} in {time.perf_counter() - started:.1f} s "
+                   f"under {Path(dst) / 'npz'}")
 
 
 @main.command()

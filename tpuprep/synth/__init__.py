@@ -83,8 +83,19 @@ Profiles (2 shared cores, seed 0): tiny — 23 files, 0.16 MB, 0.2–0.5 s; smal
 (layout 12/3/2 per collection, n 300–2,000, c 300–3,000; tile 200/40/40), 9.6 MB, 7–11 s; bench — 544
 files, 103 MB on disk, 4.5 GB inflated, 57 s, 306 MB peak RSS, including exactly one layout graph
 (xla:random train 0) at c = 100,040 with nc ≥ 350 (seed 0: nc 373, node_config_feat 2.69 GB
-inflated / 56 MB deflated, written in 25 s; nc 355–371 for seeds 1–7); full — the published 7,868 files (c up to 100,040 for 30 % of layout train/valid
-files, ≈ 400 GB inflated; hours, bounded memory).
+inflated / 56 MB deflated, written in 25 s; nc 355–371 for seeds 1–7); full — the published 7,868
+files (c = 100,040 for 30 % of layout train/valid files; nc up to 3,541): by its plan (seed 0) 744 GB
+of inflated node_config_feat, 1.9 × the real dataset's ≈ 400 GB (hours, bounded memory).
+
+Fractions and resuming. ``fraction=F`` (``tpuprep synth --fraction F``) keeps the first ceil(F × count)
+files of every (collection, split) of a profile — at least one — and each kept file is byte-identical
+to the same file of the whole profile, so a fraction has the whole profile's per-file size
+distribution (``full`` at 0.25: 1,972 files, 215 GB of node_config_feat, 40 layout files at c =
+100,040; at 0.5: 411 GB). Every finished file slot is recorded in ``dst/synth-journal.jsonl``
+(``journal``); running the same command again skips the slots whose npz and truth files still have the
+recorded size and sha256 for the same generator code, profile and seed, and writes the rest — so an
+interrupted run resumes, and a larger fraction into the same dst adds only its extra files. One writer
+per dst at a time.
 
 Calibration (targets: STATS.md / TPUGRAPHS.md, A = alexnet, F = main__.10904, T = the 15 tile
 kernels; produced: profile small, seed 0, all files of the collection unless noted)
@@ -141,7 +152,7 @@ randomness · ``names`` program names · ``graph`` shapes,
 windows, ``SynthGraph`` · ``hlo`` the HLO builder and featurizer · ``model`` forward passes ·
 ``training`` backward pass and optimizer · ``programs`` whole layout programs · ``configs`` layout
 config plans and sampling · ``tile`` tile kernels and configs · ``files`` the file plan and each
-slot's graph · ``driver`` ``synthesize``.
+slot's graph · ``journal`` what is finished (resuming) · ``driver`` ``synthesize``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from ..io.npz_writer import StreamedArray, prefetched, write_npy, write_npz
 from .configs import draw_choices
 from .constants import COLLECTIONS
 from .files import FileSpec, draw_layout_config_count, file_plan, layout_graph_for
+from .journal import Journal, remove_temporaries
 from .names import layout_family
 from .profiles import DUP_SPREAD, DUP_TARGET, PROFILES, Profile
 from .seeding import keyed_rng, loguniform
@@ -34,7 +35,8 @@ class CollectionCount:
 @dataclass
 class SynthSummary:
     """What ``synthesize`` wrote: npz files (relative paths, in order), their truth side files,
-    per-collection counts, and bytes on disk (npz files; truth files separately)."""
+    per-collection counts, and bytes on disk (npz files; truth files separately); ``fraction`` of the
+    profile's files per (collection, split); ``reused``: files found finished and skipped."""
 
     root: Path
     profile: str
@@ -44,6 +46,8 @@ class SynthSummary:
     counts: dict[str, CollectionCount] = field(default_factory=dict)
     total_bytes: int = 0
     truth_bytes: int = 0
+    fraction: float = 1.0
+    reused: int = 0
 
 
 def _write_layout(spec: FileSpec, prof: Profile, seed: int, root: Path) -> tuple[int, int, int]:
@@ -114,6 +118,7 @@ def synthesize(
     seed: int = 0,
     *,
     collections: Sequence[str] | None = None,
+    fraction: float = 1.0,
     progress: Callable[[str], None] | None = None,
 ) -> SynthSummary:
     """Write a synthetic TpuGraphs tree under dst: ``npz/...`` exactly like the dataset, plus the
@@ -121,7 +126,13 @@ def synthesize(
 
     profile: one of PROFILES; seed: any int (same (profile, seed) -> byte-identical files);
     collections: restrict to these collection ids (each file's bytes do not depend on it);
-    progress: called with the npz path (relative to dst) after each file.
+    fraction: in (0, 1]: only the first ceil(fraction × count) files of every (collection, split),
+    each identical to the same file of the whole profile (``files.file_plan``);
+    progress: called with the npz path (relative to dst) after each file (written or reused).
+
+    Resumable: every finished file slot is recorded in ``dst/synth-journal.jsonl`` (``journal``); a
+    slot whose npz and truth files are still exactly as recorded for this generator, profile and seed
+    is skipped (``SynthSummary.reused``), anything else is written (again).
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
@@ -131,19 +142,28 @@ def synthesize(
         raise ValueError(f"unknown collection(s) {sorted(unknown)}; known: {list(COLLECTIONS)}")
     prof = PROFILES[profile]
     root = Path(dst)
-    summary = SynthSummary(root=root, profile=profile, seed=int(seed))
-    for spec in file_plan(prof, seed):
+    plan = file_plan(prof, seed, fraction)
+    summary = SynthSummary(root=root, profile=profile, seed=int(seed), fraction=float(fraction))
+    journal = Journal(root, profile, seed)
+    for spec in plan:
         if spec.collection not in wanted:
             continue
-        writer = _write_tile if spec.collection == "tile:xla" else _write_layout
-        nbytes, tbytes, configs = writer(spec, prof, seed, root)
+        done = journal.finished(spec.relpath)
+        if done is None:
+            for rel in (spec.relpath, spec.truth_relpath):
+                remove_temporaries(root, rel)
+            writer = _write_tile if spec.collection == "tile:xla" else _write_layout
+            _, _, configs = writer(spec, prof, seed, root)
+            done = journal.record(spec.relpath, spec.truth_relpath, configs)
+        else:
+            summary.reused += 1
         count = summary.counts.setdefault(spec.collection, CollectionCount())
         count.files += 1
-        count.configs += configs
+        count.configs += done.configs
         summary.files.append(spec.relpath)
         summary.truth_files.append(spec.truth_relpath)
-        summary.total_bytes += nbytes
-        summary.truth_bytes += tbytes
+        summary.total_bytes += done.npz_bytes
+        summary.truth_bytes += done.truth_bytes
         if progress is not None:
             progress(spec.relpath)
     return summary

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,9 +69,28 @@ def _family_names(profile: Profile, seed: int, family: str) -> dict[str, list[st
     return out
 
 
-def file_plan(profile: Profile | str, seed: int = 0) -> list[FileSpec]:
-    """Every file of a profile, in generation order (collections, splits, index)."""
+def kept_count(count: int, fraction: float) -> int:
+    """Files kept of a (collection, split) with ``count`` files at ``fraction``: ceil(count × fraction),
+    at least 1 when count ≥ 1 (so every split of the profile stays represented)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    return min(count, max(1, math.ceil(count * fraction - 1e-9))) if count else 0
+
+
+def file_plan(profile: Profile | str, seed: int = 0, fraction: float = 1.0) -> list[FileSpec]:
+    """Every file of a profile, in generation order (collections, splits, index).
+
+    fraction: keep only the first ``kept_count(count, fraction)`` slots (by index) of every
+    (collection, split). A kept slot is the very same file as in the whole profile (names, graph,
+    configs and bytes are keyed by the slot, never by how many slots are kept), so a fraction tree is
+    a subset of the whole tree with the whole profile's per-file size distribution.
+    """
     prof = resolve_profile(profile)
+    kept_count(1, fraction)  # checks the fraction
+    if fraction != 1.0:
+        counts = prof.counts
+        return [s for s in file_plan(prof, seed)
+                if s.index < kept_count(counts[s.collection][SPLITS.index(s.split)], fraction)]
     specs: list[FileSpec] = []
     names = {fam: _family_names(prof, seed, fam) for fam in ("xla", "nlp")}
     for collection in COLLECTIONS:
