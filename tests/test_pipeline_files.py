@@ -86,7 +86,7 @@ def test_demo_local_runs_end_to_end_on_a_tiny_tree(tmp_path, tiny):
                                           "--dst", str(dst)])
     assert result.exit_code == 0, result.output
     assert "cluster      local, 2 worker(s), engine processes" in result.output
-    assert "converted, 0 quarantined" in result.output
+    assert "converted, 0 reused, 0 quarantined" in result.output
     assert tree_bytes(dst) == tree_bytes(reference)
     # overwrite = true in the file: a second run replaces the first
     again = CliRunner().invoke(main, ["run", str(PIPELINES / "demo-local.toml"), "--src", str(tiny),

@@ -107,7 +107,7 @@ def test_cli_synth_build_info_dry_run(tmp_path):
     assert not (tmp_path / "d").exists()
     result = runner.invoke(main, ["build", "--src", str(src / "tile" / "xla" / "train"), "--dst", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
-    assert "tile:xla" in result.output and "3 converted, 0 quarantined" in result.output
+    assert "tile:xla" in result.output and "3 converted, 0 reused, 0 quarantined" in result.output
     info = runner.invoke(main, ["info", str(tmp_path / "d")])
     assert info.exit_code == 0 and "tile:xla" in info.output and "0 quarantined" in info.output
     assert runner.invoke(main, ["info", str(tmp_path)]).exit_code == 1

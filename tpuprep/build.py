@@ -40,15 +40,30 @@ Progress = Callable[[str, dict], None]
 
 @dataclass
 class BuildReport:
-    """What a build did: the manifest it wrote and the per-file records."""
+    """What a build did: the manifest it wrote and the per-file records (sorted by path).
+
+    ``reused``: the input relpaths whose finished results ``--resume`` took from an interrupted build
+    (their batch's sidecar and parts, ``_reusable``) instead of converting them again.
+    """
 
     manifest: dict
     records: list[dict] = field(default_factory=list)
     dry_run: bool = False
+    reused: frozenset[str] = frozenset()
 
     @property
     def quarantined(self) -> list[dict]:
         return [r for r in self.records if r["status"] != "ok"]
+
+    @property
+    def converted(self) -> list[dict]:
+        """Records of the files this build converted (ok, and not reused)."""
+        return [r for r in self.records if r["status"] == "ok" and r["path"] not in self.reused]
+
+    @property
+    def reused_records(self) -> list[dict]:
+        """Records of the converted files taken over from an interrupted build (ok and reused)."""
+        return [r for r in self.records if r["status"] == "ok" and r["path"] in self.reused]
 
 
 TILE_BATCH_FILES = 64
@@ -373,6 +388,7 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
 
     results: list[dict] = []
     pending = []
+    reused: set[str] = set()
     for batch in plan_batches(inputs):
         done = _reusable(batch, opts, staging) if resume else None
         if done is None:
@@ -380,14 +396,20 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
             continue
         results.append(done)
         for record in done["records"]:
-            notify("file", record)
+            reused.add(record["path"])
+            notify("file", record | {"reused": True})
     # Largest first (LPT): the few huge layout files start at once instead of ending the build on one
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
-    futures = [runner.submit(process_batch, batch, opts, str(staging), paths=(batch[0].path, staging),
+    def submit(batch: list[InputFile]):
+        return runner.submit(process_batch, batch, opts, str(staging), paths=(batch[0].path, staging),
                              on_lost=functools.partial(lost_batch_result, batch, opts))
-               for batch in pending]
-    for fut in runner.as_completed(futures):
+
+    # The serial runner runs a task when it is submitted: take each result as it comes, so that
+    # progress moves file by file instead of jumping from 0 to all at the end.
+    finished = (map(submit, pending) if getattr(runner, "name", None) == "serial"
+                else runner.as_completed([submit(batch) for batch in pending]))
+    for fut in finished:
         done = fut.result()
         results.append(done)
         for record in done["records"]:
@@ -413,4 +435,4 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
     write_card(dst, manifest)
     write_manifest(dst, manifest)
     _remove_own(dst, (STAGING,))
-    return BuildReport(manifest, all_records)
+    return BuildReport(manifest, all_records, reused=frozenset(reused))

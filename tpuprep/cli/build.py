@@ -8,12 +8,13 @@ import time
 
 import click
 
-from .common import Progress, comma_list, report_build
+from .common import Progress, comma_list, json_errors, log, open_log, report_build
 from .group import main
 
 
 def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, workers,
-               scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose) -> int:
+               scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose,
+               as_json, log_file) -> int:
     from ..build import build
     from ..options import BuildOptions
     from ..runners import make_runner
@@ -22,6 +23,10 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
     scheduler = scheduler or (None if scheduler_file or workers > 1 else os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    if as_json:
+        json_errors()
+    if open_log(log_file):
+        log(f"tpuprep build --src {src} --dst {dst}" + (" --resume" if resume else ""))
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
     runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
@@ -34,7 +39,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
         progress.close()
         if runner is not None:
             runner.close()
-    return report_build(report, dry_run=dry_run, quiet=quiet, started=started, dst=dst)
+    return report_build(report, dry_run=dry_run, quiet=quiet, started=started, dst=dst, as_json=as_json)
 
 
 @main.command()
@@ -56,6 +61,10 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 @click.option("--dry-run", is_flag=True, help="List what would be converted and exit.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("-v", "--verbose", is_flag=True, help="One line per converted file.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document on stdout instead of the summary (docs/cli.md).")
+@click.option("--log-file", default=None, type=click.Path(dir_okay=False),
+              help="Also append progress lines, quarantined files, the summary and errors here.")
 def build(src, dst, **kw) -> None:
     """Convert a TpuGraphs npz tree into Parquet shards."""
     kw["collections"] = comma_list(kw["collections"])

@@ -4,12 +4,14 @@ stderr, the build summary table and comma-separated option lists."""
 from __future__ import annotations
 
 import errno
+import json
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -43,37 +45,164 @@ def summary_table(manifest: dict) -> str:
     return "\n".join(lines)
 
 
-class Progress:
-    """A click progress bar on stderr that follows the build's events (silent with -q)."""
+PROGRESS_INTERVAL = 10.0
+"""Seconds between two progress lines when stderr is not a terminal (a batch or SLURM log)."""
 
-    def __init__(self, quiet: bool, verbose: bool):
-        self.quiet, self.verbose = quiet, verbose
+
+def clock(seconds: float) -> str:
+    """``3725.0`` → ``"1:02:05"`` (h:mm:ss)."""
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class LogFile:
+    """``--log-file PATH``: progress lines, quarantined files, the summary and the one-line error
+    appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``)."""
+
+    def __init__(self, path: str | Path):
+        self.fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
+        self.lock = threading.Lock()
+
+    def write(self, message: str) -> None:
+        stamp = datetime.now().isoformat(timespec="seconds")
+        with self.lock:
+            for line in message.splitlines() or [""]:
+                self.fh.write(f"{stamp} {line}\n")
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+_session: dict = {"log": None, "json": False}
+"""What the running command asked of the guard: its log file and whether errors go out as JSON."""
+
+
+def open_log(path: str | Path | None) -> LogFile | None:
+    """Open ``--log-file`` for this command (the guard closes it after the command, error included)."""
+    if path is not None:
+        _session["log"] = LogFile(path)
+    return _session["log"]
+
+
+def log(message: str) -> None:
+    """Append ``message`` to the command's ``--log-file``, if it has one."""
+    if _session["log"] is not None:
+        _session["log"].write(message)
+
+
+def json_errors() -> None:
+    """The running command prints one JSON document: an error then prints ``{"status": "error", ...}``."""
+    _session["json"] = True
+
+
+def _end_session() -> None:
+    if _session["log"] is not None:
+        _session["log"].close()
+    _session.update(log=None, json=False)
+
+
+class Progress:
+    """Follows a build's (or verify's) events on stderr (silent with -q).
+
+    Events: ``discovered`` ``{"inputs": [InputFile ...], "refused": [record ...]}``, then ``file``
+    ``{"path", "bytes", "status", ["reused"]}`` per file done. On a terminal: a click progress bar.
+    Otherwise (a batch or SLURM log) one line every ``PROGRESS_INTERVAL`` seconds, and one at the start
+    and the end: files done/total, input bytes done/total, rate, elapsed time and ETA. With a log file
+    (``--log-file``) the same lines go there too, whatever stderr is.
+    """
+
+    def __init__(self, quiet: bool, verbose: bool, *, label: str = "converting"):
+        self.quiet, self.verbose, self.label = quiet, verbose, label
         self.bar = None
         self.bad = 0
+        self.total = self.done = self.reused = 0
+        self.bytes_total = self.bytes_done = self.bytes_reused = 0
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ticker: threading.Thread | None = None
+        self.lines = not quiet and not sys.stderr.isatty()  # periodic lines on stderr
 
     def __call__(self, event: str, info: dict) -> None:
         if event == "discovered":
             for r in info["refused"]:
                 self._bad(r)
-            if not self.quiet and info["inputs"]:
-                self.bar = click.progressbar(length=len(info["inputs"]), label="converting", file=sys.stderr,
-                                             show_pos=True, show_eta=True)
-                self.bar.__enter__()
+            self._start(info["inputs"])
         elif event == "file":
+            with self.lock:
+                self.done += 1
+                self.bytes_done += info.get("bytes") or 0
+                if info.get("reused"):
+                    self.reused += 1
+                    self.bytes_reused += info.get("bytes") or 0
             if info["status"] != "ok":
                 self._bad(info)
             elif self.verbose:
-                click.echo(f"ok  {info['path']}", err=True)
+                self._echo(f"{'reused' if info.get('reused') else 'ok'}  {info['path']}")
             if self.bar:
                 self.bar.update(1)
+
+    def _start(self, inputs: list) -> None:
+        if not inputs:
+            return
+        self.total, self.bytes_total = len(inputs), sum(i.size for i in inputs)
+        self.started = time.monotonic()
+        if not self.quiet and not self.lines:
+            self.bar = click.progressbar(length=self.total, label=self.label, file=sys.stderr,
+                                         show_pos=True, show_eta=True)
+            self.bar.__enter__()
+        if self.lines or _session["log"] is not None:
+            self.report()
+            self.ticker = threading.Thread(target=self._tick, name="tpuprep-progress", daemon=True)
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        interval = PROGRESS_INTERVAL
+        while not self.stop.wait(interval):
+            self.report()
+
+    def line(self) -> str:
+        """``converting: 7/23 files, 1.2 MB of 4.5 MB input (27%), 310.4 KB/s, elapsed 0:00:04, ETA 0:00:11``
+        (the rate counts only work done by this run, not files reused by --resume)."""
+        with self.lock:
+            done, total, reused = self.done, self.total, self.reused
+            bdone, btotal, breused = self.bytes_done, self.bytes_total, self.bytes_reused
+        elapsed = time.monotonic() - self.started
+        rate = (bdone - breused) / elapsed if elapsed > 0 else 0.0
+        left = max(btotal - bdone, 0)
+        eta = clock(left / rate) if rate > 0 else ("0:00:00" if left == 0 else "?")
+        pct = 100.0 * bdone / btotal if btotal else 100.0
+        extra = f" ({reused} reused)" if reused else ""
+        return (f"{self.label}: {done}/{total} files{extra}, {human(bdone)} of {human(btotal)} input "
+                f"({pct:.0f}%), {human(rate)}/s, elapsed {clock(elapsed)}, ETA {eta}")
+
+    def report(self) -> None:
+        """Write the progress line now (stderr when it is not a terminal, and the log file)."""
+        text = self.line()
+        log(text)
+        if self.lines:
+            with self.lock:
+                click.echo(text, err=True)
+
+    def _echo(self, text: str) -> None:
+        log(text)
+        with self.lock:
+            click.echo(text, err=True)
 
     def _bad(self, r: dict) -> None:
         self.bad += 1
         key = f" [{r['key']}]" if r.get("key") else ""
         lead = "\n" if self.bar else ""  # step off the progress bar's line
-        click.echo(f"{lead}quarantined: {r['path']}{key}: {r['error']}", err=True)
+        log(f"quarantined: {r['path']}{key}: {r['error']}")
+        with self.lock:
+            click.echo(f"{lead}quarantined: {r['path']}{key}: {r['error']}", err=True)
 
     def close(self) -> None:
+        if self.ticker is not None:
+            self.stop.set()
+            self.ticker.join()
+            self.ticker = None
+            self.report()  # the last line: everything done (or where an interrupt stopped it)
         if self.bar:
             self.bar.__exit__(None, None, None)
             self.bar = None
@@ -143,6 +272,13 @@ def guard(fn: Callable[[], int | None]) -> int | None:
     -> 1. Anything else is a bug and keeps its traceback.
     """
     try:
+        return _guarded(fn)
+    finally:
+        _end_session()
+
+
+def _guarded(fn: Callable[[], int | None]) -> int | None:
+    try:
         return fn()
     except UsageError as exc:
         return _say(str(exc), EXIT_USAGE)
@@ -175,7 +311,11 @@ def _loaded(*names: tuple[str, str]) -> tuple[type, ...]:
 
 
 def _say(message: str, code: int) -> int:
+    """The one error line: on stderr, in the log file, and with --json the error document on stdout."""
     click.echo(f"error: {message}", err=True)
+    log(f"error: {message}")
+    if _session["json"]:
+        click.echo(json.dumps({"status": "error", "exit_code": code, "error": message}))
     return code
 
 
@@ -212,16 +352,42 @@ def comma_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
-def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str | Path) -> int:
+def build_document(report, *, code: int, seconds: float, dst: str | Path) -> dict:
+    """The ``--json`` document of ``build`` and ``run`` (keys documented in docs/cli.md)."""
+    if report.dry_run:
+        return {"status": "dry-run", "exit_code": code, "dst": str(dst),
+                "would_convert": list(report.manifest["inputs"]),
+                "refused": [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
+                            for r in report.records]}
+    return {"status": "quarantined" if code == EXIT_QUARANTINED else "ok", "exit_code": code,
+            "dst": str(dst), "converted": len(report.converted), "reused": len(report.reused_records),
+            "quarantined": report.manifest["quarantine"], "seconds": round(seconds, 3),
+            "collections": report.manifest["collections"]}
+
+
+def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str | Path,
+                 as_json: bool = False) -> int:
     """Print what a build did (or, for a dry run, would do) and return its exit code: 3 when inputs
-    were quarantined (or refused, on a dry run), else 0."""
+    were quarantined (or refused, on a dry run), else 0. ``as_json``: only the JSON document on stdout.
+    The one-line summary (``1 converted, 16 reused, 0 quarantined in 2.1 s -> DST``) also goes to
+    the log file."""
+    seconds = time.perf_counter() - started
     if dry_run:
+        code = EXIT_QUARANTINED if report.records else EXIT_OK
+        if as_json:
+            click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
+            return code
         click.echo(f"would convert {len(report.manifest['inputs'])} files; {len(report.records)} refused")
         for path in report.manifest["inputs"]:
             click.echo(f"  {path}")
-        return EXIT_QUARANTINED if report.records else EXIT_OK
-    if not quiet:
+        return code
+    code = EXIT_QUARANTINED if report.quarantined else EXIT_OK
+    summary = (f"{len(report.converted)} converted, {len(report.reused_records)} reused, "
+               f"{len(report.quarantined)} quarantined in {seconds:.1f} s -> {dst}")
+    log(summary)
+    if as_json:
+        click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
+    elif not quiet:
         click.echo(summary_table(report.manifest))
-        click.echo(f"\n{len(report.records) - len(report.quarantined)} converted, {len(report.quarantined)} "
-                   f"quarantined in {time.perf_counter() - started:.1f} s -> {dst}")
-    return EXIT_QUARANTINED if report.quarantined else EXIT_OK
+        click.echo(f"\n{summary}")
+    return code

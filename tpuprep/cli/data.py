@@ -8,17 +8,30 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_FATAL, EXIT_OK, comma_list, human, summary_table
+from .common import (
+    EXIT_FATAL,
+    EXIT_OK,
+    Progress,
+    comma_list,
+    human,
+    json_errors,
+    log,
+    open_log,
+    summary_table,
+)
 from .group import main
 
 
 @main.command()
 @click.argument("dst", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest's collections as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the manifest without its inputs as one JSON document (docs/cli.md).")
 def info(dst, as_json) -> None:
     """Describe a shard folder."""
     from ..shards.manifest import read_manifest
 
+    if as_json:
+        json_errors()
     m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
@@ -36,18 +49,45 @@ def info(dst, as_json) -> None:
 @click.option("--dst", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--collections", default=None)
 @click.option("--splits", default=None)
-@click.option("-q", "--quiet", is_flag=True)
-def verify(src, dst, collections, splits, quiet) -> None:
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="Check graphs in N local processes (the report is the same as with 1).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON document on stdout instead of the report (docs/cli.md).")
+@click.option("--log-file", default=None, type=click.Path(dir_okay=False),
+              help="Also append progress lines, the result and errors here.")
+def verify(src, dst, collections, splits, workers, quiet, as_json, log_file) -> None:
     """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
+    import time
+
     from ..verify import verify as run_verify
 
-    report = run_verify(src, dst, collections=comma_list(collections), splits=comma_list(splits),
-                        progress=None if quiet else (lambda p: click.echo(f"checked {p}", err=True)))
-    for p in report.problems:
-        click.echo(f"MISMATCH {p}")
-    click.echo(f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "
+    if as_json:
+        json_errors()
+    if open_log(log_file):
+        log(f"tpuprep verify --src {src} --dst {dst}")
+    started = time.perf_counter()
+    progress = Progress(quiet, False, label="verifying")
+    try:
+        report = run_verify(src, dst, collections=comma_list(collections), splits=comma_list(splits),
+                            progress=progress, workers=workers)
+    finally:
+        progress.close()
+    code = EXIT_OK if report.ok else EXIT_FATAL
+    verdict = (f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "
                + ("all exact" if report.ok else f"{len(report.problems)} problems"))
-    sys.exit(EXIT_OK if report.ok else EXIT_FATAL)
+    for p in report.problems:
+        log(f"MISMATCH {p}")
+    log(verdict)
+    if as_json:
+        click.echo(json.dumps({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
+                               "shards_checked": report.shards_checked, "problems": report.problems,
+                               "seconds": round(time.perf_counter() - started, 3)}))
+    else:
+        for p in report.problems:
+            click.echo(f"MISMATCH {p}")
+        click.echo(verdict)
+    sys.exit(code)
 
 
 @main.command("export")

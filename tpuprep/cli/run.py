@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_OK, Progress, report_build
+from .common import EXIT_OK, Progress, log, open_log, report_build
 from .group import main
 
 
@@ -25,10 +25,15 @@ from .group import main
 @click.option("--dry-run", is_flag=True, help="Print the plan and the files it would convert, and exit.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("-v", "--verbose", is_flag=True, help="One line per converted file.")
-def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume, dry_run, quiet, verbose) -> None:
+@click.option("--log-file", default=None, type=click.Path(dir_okay=False),
+              help="Also append progress lines, quarantined files, the summary and errors here.")
+def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume, dry_run, quiet, verbose,
+            log_file) -> None:
     """Run the batch build described by a PIPELINE run file (TOML; see pipelines/README.md)."""
     from ..pipeline import load_pipeline, override, run_pipeline
 
+    if open_log(log_file):
+        log(f"tpuprep run {pipeline}" + (" --resume" if resume else ""))
     p = override(load_pipeline(pipeline), src=src, dst=dst, workers=workers, scheduler=scheduler,
                  scheduler_file=scheduler_file, resume=resume)
     if dry_run or not quiet:
