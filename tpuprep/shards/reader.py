@@ -44,6 +44,14 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
 
 
+def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None) -> pa.Table:
+    """Row groups ``rgs`` of an open shard as one table; a failed checksum or bad page → ``BadShards``."""
+    try:
+        return pf.read_row_groups(rgs, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise BadShards(f"{path}: row groups {rgs[0]}..{rgs[-1]} are corrupt: {_one_line(exc)}") from None
+
+
 def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] | None = None) -> pa.Table:
     """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
     try:
@@ -80,6 +88,14 @@ def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
     return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
 
 
+def _flat_or_none(column: pa.ChunkedArray, copy: bool = False) -> np.ndarray | None:
+    """A flat int64/... column as NumPy, None when it holds nulls (the test split's runtimes)."""
+    if column.null_count:
+        return None
+    values = _flat(column)
+    return values.copy() if copy else values
+
+
 def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None) -> np.ndarray | None:
     col = table.column(column)
     cell = col.slice(row, 1)
@@ -100,7 +116,12 @@ class GraphRecord:
     config_inverse (c,) int32; config_runtime_original (c,) int64 (None on test);
     config_codes (c_u, nc, 3) int32 (layout, else None); config_feat (c_u, 24) float32,
     config_runtime_normalizers (c_u,) int64 and config_runtime_normalizers_original (c,) int64
-    (tile, normalizers None on test).
+    (tile, normalizers None on test); config_runtime_max (c_u,) int64, the largest original runtime of
+    each duplicate group (None on test).
+
+    ``load_graph(graph_id, configs=False)`` leaves every per-unique-config array (config_runtime,
+    group_size, first_index, config_codes, config_feat, config_runtime_normalizers, config_runtime_max)
+    None: the structure only, read without opening a configs shard.
     """
 
     graph_id: str
@@ -113,8 +134,8 @@ class GraphRecord:
     edge_index: np.ndarray
     node_index: np.ndarray
     config_runtime: np.ndarray | None
-    group_size: np.ndarray
-    first_index: np.ndarray
+    group_size: np.ndarray | None
+    first_index: np.ndarray | None
     config_inverse: np.ndarray
     config_runtime_original: np.ndarray | None
     node_config_ids: np.ndarray | None = None
@@ -123,6 +144,7 @@ class GraphRecord:
     config_feat: np.ndarray | None = None
     config_runtime_normalizers: np.ndarray | None = None
     config_runtime_normalizers_original: np.ndarray | None = None
+    config_runtime_max: np.ndarray | None = None
 
     @property
     def kind(self) -> str:
@@ -134,14 +156,56 @@ class GraphRecord:
 
     @property
     def num_unique_configs(self) -> int:
+        if self.group_size is None:  # loaded with configs=False
+            return int(self.config_inverse.max()) + 1 if len(self.config_inverse) else 0
         return int(self.group_size.shape[0])
 
     def node_config_feat(self, rows: np.ndarray | list[int] | None = None) -> np.ndarray:
         """Decoded layouts (k, nc, 18) int8 of unique configs ``rows`` in the order given (all if None)."""
+        if self.config_codes is None and self.config_feat is None:
+            raise ValueError(f"{self.graph_id} was loaded with configs=False: use sample_configs or "
+                             "load_graph(graph_id) for its configs")
         if self.config_codes is None:
             raise ValueError(f"{self.graph_id} is a tile graph: it has config_feat, not node_config_feat")
         codes = self.config_codes if rows is None else self.config_codes[np.asarray(rows, dtype=np.int64)]
         return decode_base7(codes)
+
+
+@dataclass
+class ConfigSample:
+    """k sampled unique configs of one graph (``Dataset.sample_configs``). Every array is a fresh,
+    writable NumPy array owned by the sample.
+
+    rows (k,) int64: unique-config rows, the numbering of ``load_graph`` (``config_id``), distinct, in
+    the order drawn; config_runtime (k,) int64 ns (None on test); config_runtime_max (k,) int64 ns, the
+    largest runtime of each row's duplicate group (None on test); group_size, first_index (k,) int32;
+    node_config_feat (k, nc, 18) int8 (layout, else None); config_feat (k, 24) float32 and
+    config_runtime_normalizers (k,) int64 (tile, else None; normalizers None on test).
+    """
+
+    graph_id: str
+    rows: np.ndarray
+    config_runtime: np.ndarray | None
+    config_runtime_max: np.ndarray | None
+    group_size: np.ndarray
+    first_index: np.ndarray
+    node_config_feat: np.ndarray | None = None
+    config_feat: np.ndarray | None = None
+    config_runtime_normalizers: np.ndarray | None = None
+
+
+def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
+    """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
+    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct)."""
+    if k < 0:
+        raise ValueError(f"k must be ≥ 0, got {k}")
+    rng = np.random.default_rng(seed)
+    return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
+
+
+_SAMPLE_COLUMNS = {"layout": ["config_id", "runtime", "runtime_max", "group_size", "first_index", "codes"],
+                   "tile": ["graph_id", "config_id", "runtime", "runtime_max", "group_size",
+                            "first_index", "normalizer", "config_feat"]}
 
 
 def shard_table(pf: pq.ParquetFile) -> str:
@@ -220,6 +284,7 @@ class Dataset:
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
+        self._files: dict[Path, pq.ParquetFile] = {}
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r}, collections={self.collections})"
@@ -312,11 +377,19 @@ class Dataset:
         path, rg, row = index.graph_rows[graph_id]
         return index, path, self._row_group(path, rg), row
 
-    def load_graph(self, graph_id: str) -> GraphRecord:
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
-        the shards do not hold it as the manifest says)."""
+        the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
+        row; no configs shard is opened), every per-unique-config array None."""
         index, path, g, row = self._graph_row_group(graph_id)
         collection, split = self._graphs[graph_id]
+        if not configs:
+            try:
+                return self._record(graph_id, collection, split, g, row, None)
+            except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+                if isinstance(exc, BadShards):
+                    raise
+                raise BadShards(f"{path}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
         groups = index.config_row_groups(graph_id)
         try:
             pieces = []
@@ -333,17 +406,38 @@ class Dataset:
             raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
 
     def _record(self, graph_id: str, collection: str, split: str, g: pa.Table, row: int,
-                pieces: list[pa.Table]) -> GraphRecord:
-        """Assemble a GraphRecord from the graph's row (``g``, row ``row``) and its configs rows."""
+                pieces: list[pa.Table] | None) -> GraphRecord:
+        """Assemble a GraphRecord from the graph's row (``g``, row ``row``) and its configs rows
+        (``pieces``; None: the structure only)."""
         kind = collection_kind(collection)
         scalar = {name: g.column(name)[row].as_py()
                   for name in ("fold", "source_file", "num_config_nodes", "num_unique_configs")
                   if name in g.column_names}
+        if pieces is None:
+            return self._structure(graph_id, collection, split, g, row, scalar)
         rows = sum(p.num_rows for p in pieces)
         if rows != scalar["num_unique_configs"]:
             raise ValueError(f"{rows} configs rows, its graphs row says num_unique_configs "
                              f"{scalar['num_unique_configs']}")
         configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        record = self._structure(graph_id, collection, split, g, row, scalar)
+        record.config_runtime = _flat_or_none(configs.column("runtime"))
+        record.config_runtime_max = _flat_or_none(configs.column("runtime_max"))
+        record.group_size = _flat(configs.column("group_size"))
+        record.first_index = _flat(configs.column("first_index"))
+        if kind == "layout":
+            nc = scalar["num_config_nodes"]
+            record.config_codes = binary_rows(configs.column("codes")).reshape(-1, nc, 3)
+        else:
+            record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
+            record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
+                                                 else _flat(configs.column("normalizer")))
+        return record
+
+    @staticmethod
+    def _structure(graph_id: str, collection: str, split: str, g: pa.Table, row: int,
+                   scalar: dict) -> GraphRecord:
+        """A GraphRecord of the graphs row alone (every per-unique-config array None)."""
         record = GraphRecord(
             graph_id=graph_id, collection=collection, split=split, fold=scalar["fold"],
             source_file=scalar["source_file"],
@@ -353,21 +447,102 @@ class Dataset:
             node_index=_list_cell(g, "node_index", row),
             config_inverse=_list_cell(g, "config_inverse", row),
             config_runtime_original=_list_cell(g, "config_runtime_original", row),
-            config_runtime=None if configs.column("runtime").null_count else _flat(configs.column("runtime")),
-            group_size=_flat(configs.column("group_size")),
-            first_index=_flat(configs.column("first_index")),
+            config_runtime=None, group_size=None, first_index=None,
         )
-        if kind == "layout":
-            nc = scalar["num_config_nodes"]
+        if collection_kind(collection) == "layout":
             record.node_config_ids = _list_cell(g, "node_config_ids", row)
             record.node_splits = _list_cell(g, "node_splits", row)
-            record.config_codes = binary_rows(configs.column("codes")).reshape(-1, nc, 3)
         else:
-            record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
-            record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
-                                                 else _flat(configs.column("normalizer")))
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
         return record
+
+    def _parquet(self, path: Path) -> pq.ParquetFile:
+        """An open shard, kept open for later sampled reads (footer parsed once)."""
+        if path not in self._files:
+            self._files[path] = open_parquet(path)
+        return self._files[path]
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``min(k, c_u)`` distinct unique configs of a graph drawn by ``sample_rows(c_u, k, seed)``
+        (``numpy.random.default_rng(seed).choice(c_u, k', replace=False)``), decoded.
+
+        Layout: only the row groups (≤ 256 configs each) holding the drawn rows are read, and only
+        their columns the sample needs; the graph's structure is not read. Tile: the graph's configs
+        rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
+        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``.
+        """
+        if graph_id not in self._graphs:
+            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        collection, split = self._graphs[graph_id]
+        groups = self._index(collection, split).config_row_groups(graph_id)
+        kind = collection_kind(collection)
+        try:
+            if kind == "layout":
+                return self._sample_layout(graph_id, groups, k, seed)
+            return self._sample_tile(graph_id, groups, k, seed)
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+            if isinstance(exc, BadShards) or (isinstance(exc, ValueError) and str(exc).startswith("k must")):
+                raise
+            where = ", ".join(sorted({str(p) for p, _ in groups}))
+            raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {_one_line(exc)}") from None
+
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
+        sizes = np.array([self._parquet(p).metadata.row_group(rg).num_rows for p, rg in groups], np.int64)
+        starts = np.zeros(len(groups) + 1, np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        rows = sample_rows(int(starts[-1]), k, seed)
+        where = np.searchsorted(starts, rows, side="right") - 1
+        needed = np.unique(where)
+        pieces, offsets = [], {}
+        for path in dict.fromkeys(groups[i][0] for i in needed):
+            mine = [int(i) for i in needed if groups[i][0] == path]
+            t = read_row_groups(self._parquet(path), path, [groups[i][1] for i in mine],
+                                _SAMPLE_COLUMNS["layout"])
+            base = sum(p.num_rows for p in pieces)
+            at = base
+            for i in mine:
+                offsets[i] = at
+                at += int(sizes[i])
+            pieces.append(t)
+        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        pos = np.array([offsets[int(w)] for w in where], np.int64) + rows - starts[where]
+        ids = _flat(table.column("config_id"))[pos]
+        if not np.array_equal(ids, rows):
+            bad = int(np.flatnonzero(ids != rows)[0])
+            raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
+                            f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
+        taken = table.take(pa.array(pos))
+        codes = binary_rows(taken.column("codes"))
+        nc = codes.size // (3 * max(len(rows), 1))
+        return ConfigSample(
+            graph_id=graph_id, rows=rows,
+            config_runtime=_flat_or_none(taken.column("runtime"), copy=True),
+            config_runtime_max=_flat_or_none(taken.column("runtime_max"), copy=True),
+            group_size=_flat(taken.column("group_size")).copy(),
+            first_index=_flat(taken.column("first_index")).copy(),
+            node_config_feat=decode_base7(codes.reshape(len(rows), nc, 3)),
+        )
+
+    def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
+        pieces = []
+        for path, rg in groups:
+            t = read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
+            pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
+        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        ids = _flat(table.column("config_id"))
+        if not np.array_equal(ids, np.arange(len(ids))):
+            raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id 0..{len(ids) - 1}")
+        rows = sample_rows(len(ids), k, seed)
+        taken = table.take(pa.array(rows))
+        return ConfigSample(
+            graph_id=graph_id, rows=rows,
+            config_runtime=_flat_or_none(taken.column("runtime"), copy=True),
+            config_runtime_max=_flat_or_none(taken.column("runtime_max"), copy=True),
+            group_size=_flat(taken.column("group_size")).copy(),
+            first_index=_flat(taken.column("first_index")).copy(),
+            config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
+            config_runtime_normalizers=_flat_or_none(taken.column("normalizer"), copy=True),
+        )
 
     def graph_row(self, graph_id: str) -> dict:
         """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``

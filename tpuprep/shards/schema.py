@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVES = {

@@ -7,8 +7,10 @@ graph-id order into the final shards ``<dst>/<collection path>/{graphs,configs}/
 Because every part depends only on its input file and the options, and the merge only on the sorted
 parts, the shards are byte-identical whatever the number of workers or the order they finished in.
 
-Row groups: layout configs are cut at graph boundaries (and at ``row_group_bytes`` inside a large
-graph); tile configs and tile graph rows are batched, since tile graphs are tiny.
+Row groups: layout configs are cut at graph boundaries and every ``LAYOUT_CONFIGS_ROW_GROUP_ROWS``
+configs inside a graph (fewer if ``row_group_bytes`` demands it), so that a reader can fetch a few sampled
+configs by decompressing only the small row groups that hold them (``Dataset.sample_configs``); tile
+configs and tile graph rows are batched, since tile graphs are tiny.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
+LAYOUT_CONFIGS_ROW_GROUP_ROWS = 256
+"""Layout configs per row group: the unit of random access (see benchmarks/RESULTS.md for the
+measurements behind the choice: bytes against sampled-read time)."""
+NOISY_SPREAD = 0.01
+"""A duplicate group is *noisy* when its largest runtime exceeds its smallest by more than this share."""
 
 
 # --------------------------------------------------------------------------- Arrow arrays
@@ -88,6 +95,32 @@ def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     return list_column(values, [values.shape[0]], dtype)
 
 
+def group_runtime_spread(g: ConvertedGraph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(min, max) (c_u,) int64 of the original runtimes of each unique config's duplicate group, in
+    ns; None on the test split (no runtimes)."""
+    if g.config_runtime_original is None:
+        return None
+    u = g.num_unique_configs
+    runtime = np.asarray(g.config_runtime_original, np.int64)
+    lo = np.full(u, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(u, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(lo, g.config_inverse, runtime)
+    np.maximum.at(hi, g.config_inverse, runtime)
+    return lo, hi
+
+
+def quality_counts(g: ConvertedGraph) -> tuple[int, int | None]:
+    """(duplicate groups, noisy duplicate groups) of a graph: groups of ≥ 2 original configs, and those
+    among them whose largest runtime exceeds the smallest by more than ``NOISY_SPREAD`` (None on test)."""
+    duplicates = int(np.count_nonzero(np.asarray(g.group_size) > 1))
+    spread = group_runtime_spread(g)
+    if spread is None:
+        return duplicates, None
+    lo, hi = spread
+    noisy = (np.asarray(g.group_size) > 1) & (hi.astype(np.float64) > lo * (1.0 + NOISY_SPREAD))
+    return duplicates, int(np.count_nonzero(noisy))
+
+
 def graph_table(g: ConvertedGraph) -> pa.Table:
     """The one-row ``graphs`` table of a converted graph (layout or tile schema)."""
     kind = g.inp.kind
@@ -101,6 +134,7 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
         "num_edges": len(g.edge_index), "num_configs": g.num_configs,
         "num_unique_configs": g.num_unique_configs, "num_repad_anomalies": g.num_repad_anomalies,
     }
+    scalars["num_duplicate_groups"], scalars["num_noisy_groups"] = quality_counts(g)
     arrays = {
         "node_index": g.node_index, "node_feat": g.node_feat, "node_opcode": g.node_opcode,
         "edge_index": g.edge_index, "config_inverse": g.config_inverse,
@@ -132,6 +166,8 @@ def config_table(g: ConvertedGraph) -> pa.Table:
         "group_size": pa.array(g.group_size, pa.int32()),
         "first_index": pa.array(g.first_index, pa.int32()),
     }
+    spread = group_runtime_spread(g)
+    columns["runtime_max"] = pa.nulls(u, pa.int64()) if spread is None else pa.array(spread[1], pa.int64())
     if kind == "layout":
         columns["codes"] = fixed_width_binary(g.config_codes.reshape(u, -1))
     else:
@@ -210,7 +246,8 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group
         if kind == "layout":  # row groups never span two graphs
             for g in graphs:
                 t = config_table(g)
-                w.write_table(t, row_group_size=rows_per_group(t, row_group_bytes))
+                rows = min(LAYOUT_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes))
+                w.write_table(t, row_group_size=rows)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
@@ -337,6 +374,6 @@ def shard_record(info: ShardInfo) -> dict:
 
 
 __all__ = [
-    "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "list_column",
-    "merge_parts", "plan_shards", "repeated_string", "shard_record", "write_parts",
+    "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "list_column",
+    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "write_parts",
 ]
