@@ -88,12 +88,25 @@ def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
     return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
 
 
-def _flat_or_none(column: pa.ChunkedArray, copy: bool = False) -> np.ndarray | None:
+def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Stored codes (k, nt, 3) int32 → per-node codes (k, nc, 3) int32 through ``tie`` (nc,) int32
+    (``BadShards``-worthy ``IndexError`` when a tie names no stored column). No copy when nothing is tied."""
+    if len(tie) == stored.shape[1] and np.array_equal(tie, np.arange(len(tie))):
+        return stored
+    if len(tie) and (tie.min() < 0 or tie.max() >= stored.shape[1]):
+        raise IndexError(f"config_node_tie names column {int(tie.max())}, the codes hold {stored.shape[1]}")
+    return stored[:, tie]
+
+
+def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
+    """Column ``name`` of the rows ``taken`` from ``table`` as a fresh NumPy array, None when the column
+    holds nulls in ``table`` (the test split's runtimes: decided on every row read, even for k = 0)."""
+    return None if table.column(name).null_count else _flat(taken.column(name)).copy()
+
+
+def _flat_or_none(column: pa.ChunkedArray) -> np.ndarray | None:
     """A flat int64/... column as NumPy, None when it holds nulls (the test split's runtimes)."""
-    if column.null_count:
-        return None
-    values = _flat(column)
-    return values.copy() if copy else values
+    return None if column.null_count else _flat(column)
 
 
 def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None) -> np.ndarray | None:
@@ -117,7 +130,9 @@ class GraphRecord:
     config_codes (c_u, nc, 3) int32 (layout, else None); config_feat (c_u, 24) float32,
     config_runtime_normalizers (c_u,) int64 and config_runtime_normalizers_original (c,) int64
     (tile, normalizers None on test); config_runtime_max (c_u,) int64, the largest original runtime of
-    each duplicate group (None on test).
+    each duplicate group (None on test); config_node_tie (nc,) int32 (layout): the stored codes column
+    of each configurable node (tied nodes, equal in every config, share one). ``config_codes`` is a
+    fresh writable array when the graph has tied nodes, else a read-only view of Arrow's buffer.
 
     ``load_graph(graph_id, configs=False)`` leaves every per-unique-config array (config_runtime,
     group_size, first_index, config_codes, config_feat, config_runtime_normalizers, config_runtime_max)
@@ -145,6 +160,7 @@ class GraphRecord:
     config_runtime_normalizers: np.ndarray | None = None
     config_runtime_normalizers_original: np.ndarray | None = None
     config_runtime_max: np.ndarray | None = None
+    config_node_tie: np.ndarray | None = None
 
     @property
     def kind(self) -> str:
@@ -285,6 +301,7 @@ class Dataset:
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
         self._files: dict[Path, pq.ParquetFile] = {}
+        self._ties: dict[str, np.ndarray] = {}
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r}, collections={self.collections})"
@@ -411,7 +428,8 @@ class Dataset:
         (``pieces``; None: the structure only)."""
         kind = collection_kind(collection)
         scalar = {name: g.column(name)[row].as_py()
-                  for name in ("fold", "source_file", "num_config_nodes", "num_unique_configs")
+                  for name in ("fold", "source_file", "num_config_nodes", "num_config_columns",
+                               "num_unique_configs")
                   if name in g.column_names}
         if pieces is None:
             return self._structure(graph_id, collection, split, g, row, scalar)
@@ -426,8 +444,8 @@ class Dataset:
         record.group_size = _flat(configs.column("group_size"))
         record.first_index = _flat(configs.column("first_index"))
         if kind == "layout":
-            nc = scalar["num_config_nodes"]
-            record.config_codes = binary_rows(configs.column("codes")).reshape(-1, nc, 3)
+            stored = binary_rows(configs.column("codes")).reshape(-1, scalar["num_config_columns"], 3)
+            record.config_codes = expand_tied(stored, record.config_node_tie)
         else:
             record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
@@ -452,6 +470,10 @@ class Dataset:
         if collection_kind(collection) == "layout":
             record.node_config_ids = _list_cell(g, "node_config_ids", row)
             record.node_splits = _list_cell(g, "node_splits", row)
+            record.config_node_tie = _list_cell(g, "config_node_tie", row)
+            if len(record.config_node_tie) != scalar["num_config_nodes"]:
+                raise ValueError(f"config_node_tie has {len(record.config_node_tie)} entries, "
+                                 f"num_config_nodes is {scalar['num_config_nodes']}")
         else:
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
         return record
@@ -473,26 +495,31 @@ class Dataset:
         """
         if graph_id not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        if k < 0:
+            raise ValueError(f"k must be ≥ 0, got {k}")
         collection, split = self._graphs[graph_id]
         groups = self._index(collection, split).config_row_groups(graph_id)
         kind = collection_kind(collection)
         try:
             if kind == "layout":
-                return self._sample_layout(graph_id, groups, k, seed)
+                if graph_id not in self._ties:
+                    self._ties[graph_id] = self.load_graph(graph_id, configs=False).config_node_tie
+                return self._sample_layout(graph_id, groups, k, seed, self._ties[graph_id])
             return self._sample_tile(graph_id, groups, k, seed)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
-            if isinstance(exc, BadShards) or (isinstance(exc, ValueError) and str(exc).startswith("k must")):
+            if isinstance(exc, BadShards):
                 raise
             where = ", ".join(sorted({str(p) for p, _ in groups}))
             raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {_one_line(exc)}") from None
 
-    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int,
+                       tie: np.ndarray) -> ConfigSample:
         sizes = np.array([self._parquet(p).metadata.row_group(rg).num_rows for p, rg in groups], np.int64)
         starts = np.zeros(len(groups) + 1, np.int64)
         np.cumsum(sizes, out=starts[1:])
         rows = sample_rows(int(starts[-1]), k, seed)
         where = np.searchsorted(starts, rows, side="right") - 1
-        needed = np.unique(where)
+        needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
@@ -512,15 +539,16 @@ class Dataset:
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
         taken = table.take(pa.array(pos))
-        codes = binary_rows(taken.column("codes"))
-        nc = codes.size // (3 * max(len(rows), 1))
+        stored = binary_rows(taken.column("codes")).reshape(len(rows), -1, 3) if len(rows) else \
+            np.zeros((0, 0, 3), np.int32)
         return ConfigSample(
             graph_id=graph_id, rows=rows,
-            config_runtime=_flat_or_none(taken.column("runtime"), copy=True),
-            config_runtime_max=_flat_or_none(taken.column("runtime_max"), copy=True),
+            config_runtime=_taken(table, taken, "runtime"),
+            config_runtime_max=_taken(table, taken, "runtime_max"),
             group_size=_flat(taken.column("group_size")).copy(),
             first_index=_flat(taken.column("first_index")).copy(),
-            node_config_feat=decode_base7(codes.reshape(len(rows), nc, 3)),
+            node_config_feat=decode_base7(expand_tied(stored, tie) if len(rows) else
+                                          np.zeros((0, len(tie), 3), np.int32)),
         )
 
     def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
@@ -536,12 +564,12 @@ class Dataset:
         taken = table.take(pa.array(rows))
         return ConfigSample(
             graph_id=graph_id, rows=rows,
-            config_runtime=_flat_or_none(taken.column("runtime"), copy=True),
-            config_runtime_max=_flat_or_none(taken.column("runtime_max"), copy=True),
+            config_runtime=_taken(table, taken, "runtime"),
+            config_runtime_max=_taken(table, taken, "runtime_max"),
             group_size=_flat(taken.column("group_size")).copy(),
             first_index=_flat(taken.column("first_index")).copy(),
             config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
-            config_runtime_normalizers=_flat_or_none(taken.column("normalizer"), copy=True),
+            config_runtime_normalizers=_taken(table, taken, "normalizer"),
         )
 
     def graph_row(self, graph_id: str) -> dict:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "2.0"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVES = {

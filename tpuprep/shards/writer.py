@@ -95,6 +95,39 @@ def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     return list_column(values, [values.shape[0]], dtype)
 
 
+def tie_nodes(codes: np.ndarray, key_rows: int = 64) -> np.ndarray:
+    """Configurable nodes tied in every config: codes (c_u, nc, 3) int32 → tie (nc,) int32, where
+    ``tie[j]`` is the stored column that holds node j's codes. Stored columns are numbered in order of
+    first appearance (``tie[j] ≤ j``), so ``codes == codes[:, first][:, tie]`` with ``first`` the first
+    node of each column. Exact: candidates are grouped by their codes in ``key_rows`` spread rows and
+    confirmed by comparing every row."""
+    u, nc = codes.shape[0], codes.shape[1]
+    tie = np.zeros(nc, np.int32)
+    if u == 0:
+        return np.arange(nc, dtype=np.int32)
+    probe = np.unique(np.linspace(0, u - 1, min(u, key_rows)).astype(np.int64))
+    keys = np.ascontiguousarray(codes[probe].transpose(1, 0, 2)).reshape(nc, -1)
+    firsts: list[int] = []
+    candidates: dict[bytes, list[int]] = {}
+    for j in range(nc):
+        same = candidates.setdefault(keys[j].tobytes(), [])
+        for t in same:
+            if np.array_equal(codes[:, firsts[t]], codes[:, j]):
+                tie[j] = t
+                break
+        else:
+            tie[j] = len(firsts)
+            same.append(len(firsts))
+            firsts.append(j)
+    return tie
+
+
+def stored_columns(tie: np.ndarray) -> np.ndarray:
+    """The first node of each stored column (nt,) int64 of a ``tie`` array."""
+    _, first = np.unique(tie, return_index=True)
+    return first.astype(np.int64)
+
+
 def group_runtime_spread(g: ConvertedGraph) -> tuple[np.ndarray, np.ndarray] | None:
     """(min, max) (c_u,) int64 of the original runtimes of each unique config's duplicate group, in
     ns; None on the test split (no runtimes)."""
@@ -121,8 +154,9 @@ def quality_counts(g: ConvertedGraph) -> tuple[int, int | None]:
     return duplicates, int(np.count_nonzero(noisy))
 
 
-def graph_table(g: ConvertedGraph) -> pa.Table:
-    """The one-row ``graphs`` table of a converted graph (layout or tile schema)."""
+def graph_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
+    """The one-row ``graphs`` table of a converted graph (layout or tile schema); ``tie``: the layout
+    graph's ``tie_nodes`` (computed if None)."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_graphs").arrow
     inp = g.inp
@@ -141,8 +175,10 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
         "config_runtime_original": g.config_runtime_original,
     }
     if kind == "layout":
+        tie = tie_nodes(g.config_codes) if tie is None else tie
         scalars["num_config_nodes"] = len(g.node_config_ids)
-        arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits}
+        scalars["num_config_columns"] = int(tie.max()) + 1 if len(tie) else 0
+        arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits, "config_node_tie": tie}
     else:
         arrays["config_runtime_normalizers_original"] = g.config_runtime_normalizers_original
     columns = []
@@ -154,8 +190,9 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def config_table(g: ConvertedGraph) -> pa.Table:
-    """The ``configs`` table of a converted graph: one row per unique config, in config_id order."""
+def config_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
+    """The ``configs`` table of a converted graph: one row per unique config, in config_id order; a
+    layout row's codes hold the graph's stored columns only (``tie``, computed if None)."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_configs").arrow
     u = g.num_unique_configs
@@ -169,7 +206,9 @@ def config_table(g: ConvertedGraph) -> pa.Table:
     spread = group_runtime_spread(g)
     columns["runtime_max"] = pa.nulls(u, pa.int64()) if spread is None else pa.array(spread[1], pa.int64())
     if kind == "layout":
-        columns["codes"] = fixed_width_binary(g.config_codes.reshape(u, -1))
+        tie = tie_nodes(g.config_codes) if tie is None else tie
+        stored = g.config_codes[:, stored_columns(tie)]
+        columns["codes"] = fixed_width_binary(stored.reshape(u, -1))
     else:
         normalizers = g.config_runtime_normalizers
         columns["normalizer"] = pa.nulls(u, pa.int64()) if normalizers is None else pa.array(normalizers, pa.int64())
@@ -238,14 +277,14 @@ def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
     return size
 
 
-def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
-                         compression_level: int) -> None:
+def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], ties: Sequence[np.ndarray | None],
+                         row_group_bytes: int, compression_level: int) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
         if kind == "layout":  # row groups never span two graphs
-            for g in graphs:
-                t = config_table(g)
+            for g, tie in zip(graphs, ties, strict=True):
+                t = config_table(g, tie)
                 rows = min(LAYOUT_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes))
                 w.write_table(t, row_group_size=rows)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
@@ -258,8 +297,9 @@ def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_
     """Write the part files of a batch of converted graphs (same kind, collection and split)."""
     kind = graphs[0].inp.kind
     rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
-    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
-    batches = (b for g in graphs for b in graph_table(g).to_batches())
+    ties = [tie_nodes(g.config_codes) if kind == "layout" else None for g in graphs]
+    _write_configs_shard(staging / rel_c, graphs, ties, row_group_bytes, compression_level)
+    batches = (b for g, tie in zip(graphs, ties, strict=True) for b in graph_table(g, tie).to_batches())
     graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
     meta = pq.ParquetFile(staging / rel_c).metadata
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
@@ -375,5 +415,5 @@ def shard_record(info: ShardInfo) -> dict:
 
 __all__ = [
     "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "list_column",
-    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "write_parts",
+    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts",
 ]
