@@ -25,6 +25,7 @@ def small_groups(tmp_path_factory, synth_root):
     dst = tmp_path_factory.mktemp("small-groups")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(writer_module, "LAYOUT_CONFIGS_ROW_GROUP_ROWS", GROUP)
+        mp.setattr(writer_module, "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", 0)
         build(synth_root / "npz", dst)
     return dst
 
@@ -36,22 +37,32 @@ def _layout_configs_groups(shards):
             yield path, rg, pf.read_row_group(rg, columns=["graph_id", "config_id"])
 
 
-@pytest.mark.parametrize("fixture, limit", [("synth_shards", writer_module.LAYOUT_CONFIGS_ROW_GROUP_ROWS),
-                                            ("small_groups", GROUP)])
-def test_layout_configs_are_cut_in_small_row_groups(fixture, limit, request):
+def test_layout_rows_per_group_follow_the_code_budget():
+    assert writer_module.layout_rows_per_group(1) == (32 << 10) // 12
+    assert writer_module.layout_rows_per_group(40) == (32 << 10) // 480
+    assert writer_module.layout_rows_per_group(373) == 64  # the floor
+
+
+@pytest.mark.parametrize("fixture", ["synth_shards", "small_groups"])
+def test_layout_configs_are_cut_in_small_row_groups(fixture, request):
+    """Every layout configs row group holds one graph's configs, on a fixed grid of layout_rows_per_group(nt)
+    configs (16 in the small_groups build), so config_id r of a graph is in its row group r // size."""
     shards = request.getfixturevalue(fixture)
     ds = tpuprep.open_dataset(shards)
     spans: dict[str, int] = {}
     for path, rg, t in _layout_configs_groups(shards):
         ids = set(t.column("graph_id").to_pylist())
         assert len(ids) == 1, f"{path.name} row group {rg} spans graphs {ids}"
-        assert t.num_rows <= limit, f"{path.name} row group {rg} holds {t.num_rows} configs > {limit}"
         gid = ids.pop()
-        ids_in = t.column("config_id").to_numpy()
-        assert ids_in[0] == spans.get(gid, 0) * limit, "a row group starts off the fixed grid"
+        size = GROUP if fixture == "small_groups" else \
+            writer_module.layout_rows_per_group(ds.graph_row(gid)["num_config_columns"])
+        assert t.num_rows <= size, f"{path.name} row group {rg} holds {t.num_rows} configs > {size}"
+        assert t.column("config_id").to_numpy()[0] == spans.get(gid, 0) * size, "a row group starts off the grid"
         spans[gid] = spans.get(gid, 0) + 1
     for gid, n in spans.items():
-        assert n == -(-ds.load_graph(gid).num_unique_configs // limit), gid
+        size = GROUP if fixture == "small_groups" else \
+            writer_module.layout_rows_per_group(ds.graph_row(gid)["num_config_columns"])
+        assert n == -(-ds.load_graph(gid).num_unique_configs // size), gid
     if fixture == "small_groups":
         assert max(spans.values()) > 3
 
@@ -81,12 +92,12 @@ def test_sample_configs_equals_load_graph_rows(small_groups):
             assert np.array_equal(s.rows, want), "rows are not the documented draw"
             assert len(set(s.rows.tolist())) == len(s.rows) and ((s.rows >= 0) & (s.rows < u)).all()
             if g.config_runtime is None:
-                assert s.config_runtime is None and s.config_runtime_max is None
+                assert s.config_runtime is None and s.config_runtime_spread is None
             else:
                 assert s.config_runtime.dtype == np.int64
                 assert np.array_equal(s.config_runtime, g.config_runtime[s.rows])
-                assert np.array_equal(s.config_runtime_max, g.config_runtime_max[s.rows])
-                assert (s.config_runtime_max >= s.config_runtime).all()
+                assert np.array_equal(s.config_runtime_spread, g.config_runtime_spread[s.rows])
+                assert (s.config_runtime_spread >= 0).all()
             assert np.array_equal(s.group_size, g.group_size[s.rows])
             assert np.array_equal(s.first_index, g.first_index[s.rows])
             if g.kind == "layout":
@@ -118,9 +129,9 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
     seen: list[tuple[str, list[int]]] = []
     real = reader_module.read_row_groups
 
-    def spy(pf, path, rgs, columns=None):
+    def spy(pf, path, rgs, columns=None, **kwargs):
         seen.append((str(path), list(rgs)))
-        return real(pf, path, rgs, columns)
+        return real(pf, path, rgs, columns, **kwargs)
 
     monkeypatch.setattr(reader_module, "read_row_groups", spy)
     real_one = reader_module.read_row_group
@@ -162,7 +173,7 @@ def test_load_graph_without_configs_reads_no_configs_row_group(small_groups, mon
             a, b = getattr(g, name), getattr(full, name)
             assert (a is None) == (b is None) and (a is None or np.array_equal(a, b)), name
         for name in ("config_runtime", "group_size", "first_index", "config_codes", "config_feat",
-                     "config_runtime_normalizers", "config_runtime_max"):
+                     "config_runtime_normalizers", "config_runtime_spread"):
             assert getattr(g, name) is None, name
         assert g.num_unique_configs == full.num_unique_configs
         with pytest.raises(ValueError, match="configs=False"):
@@ -174,8 +185,10 @@ def test_tie_nodes_is_exact_and_expands_back():
     base = rng.integers(0, 7**6, size=(300, 9, 3), dtype=np.int32)
     pick = np.array([0, 1, 0, 2, 3, 1, 4, 5, 6, 2, 7, 8, 0])
     codes = np.ascontiguousarray(base[:, pick])
+    tie = tie_nodes(codes, key_rows=4, chunk_rows=7)
+    assert tie.tolist() == [0, 1, 0, 2, 3, 1, 4, 5, 6, 2, 7, 8, 0]
     codes[299, 12] += 1  # equal to node 0 in every probed row but the last: must not be tied
-    tie = tie_nodes(codes, key_rows=4)
+    tie = tie_nodes(codes, key_rows=4, chunk_rows=7)
     assert tie.dtype == np.int32 and (tie <= np.arange(len(tie))).all()
     stored = codes[:, stored_columns(tie)]
     assert np.array_equal(stored[:, tie], codes)

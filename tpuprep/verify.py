@@ -167,12 +167,14 @@ def _check_groups(g: GraphRecord, runtime: np.ndarray | None, normalizer: np.nda
     _check(np.array_equal(np.bincount(inv, minlength=u), g.group_size), problems, gid, "group_size mismatch")
     if runtime is None:
         _check(g.config_runtime is None, problems, gid, "test graph has runtimes")
-        _check(g.config_runtime_max is None, problems, gid, "test graph has runtime_max")
+        _check(g.config_runtime_spread is None, problems, gid, "test graph has runtime_spread")
         return
-    worst = np.full(u, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(worst, inv, runtime)
-    _check(g.config_runtime_max is not None and np.array_equal(worst, g.config_runtime_max), problems, gid,
-           "runtime_max is not the group maximum")
+    low = np.full(u, np.iinfo(np.int64).max, np.int64)
+    high = np.full(u, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(low, inv, runtime)
+    np.maximum.at(high, inv, runtime)
+    _check(g.config_runtime_spread is not None and np.array_equal(high - low, g.config_runtime_spread), problems,
+           gid, "runtime_spread is not the group's largest minus smallest runtime")
     if normalizer is None:
         best = np.full(u, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(best, inv, runtime)

@@ -7,8 +7,8 @@ graph-id order into the final shards ``<dst>/<collection path>/{graphs,configs}/
 Because every part depends only on its input file and the options, and the merge only on the sorted
 parts, the shards are byte-identical whatever the number of workers or the order they finished in.
 
-Row groups: layout configs are cut at graph boundaries and every ``LAYOUT_CONFIGS_ROW_GROUP_ROWS``
-configs inside a graph (fewer if ``row_group_bytes`` demands it), so that a reader can fetch a few sampled
+Row groups: layout configs are cut at graph boundaries and every ``layout_rows_per_group(nt)`` configs
+inside a graph (≈ 32 KiB of stored codes, at least 64 configs; fewer if ``row_group_bytes`` demands it), so that a reader can fetch a few sampled
 configs by decompressing only the small row groups that hold them (``Dataset.sample_configs``); tile
 configs and tile graph rows are batched, since tile graphs are tiny.
 """
@@ -32,9 +32,13 @@ from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
-LAYOUT_CONFIGS_ROW_GROUP_ROWS = 256
-"""Layout configs per row group: the unit of random access (see benchmarks/RESULTS.md for the
-measurements behind the choice: bytes against sampled-read time)."""
+LAYOUT_CONFIGS_ROW_GROUP_ROWS = 64
+"""Fewest layout configs per row group (a graph's last group may hold fewer)."""
+LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES = 32 << 10
+"""Stored codes per layout row group (uncompressed): the unit of random access. A row group holds
+max(``LAYOUT_CONFIGS_ROW_GROUP_ROWS``, this // (12 · nt)) configs, so a sampled config costs the
+decompression of ≈ 32 KiB of codes whatever the graph (see benchmarks/RESULTS.md for the measurements:
+smaller groups read faster but cost bytes, most on graphs with few stored columns)."""
 NOISY_SPREAD = 0.01
 """A duplicate group is *noisy* when its largest runtime exceeds its smallest by more than this share."""
 
@@ -95,31 +99,34 @@ def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     return list_column(values, [values.shape[0]], dtype)
 
 
-def tie_nodes(codes: np.ndarray, key_rows: int = 64) -> np.ndarray:
+def tie_nodes(codes: np.ndarray, key_rows: int = 64, chunk_rows: int = 1024) -> np.ndarray:
     """Configurable nodes tied in every config: codes (c_u, nc, 3) int32 → tie (nc,) int32, where
     ``tie[j]`` is the stored column that holds node j's codes. Stored columns are numbered in order of
     first appearance (``tie[j] ≤ j``), so ``codes == codes[:, first][:, tie]`` with ``first`` the first
-    node of each column. Exact: candidates are grouped by their codes in ``key_rows`` spread rows and
-    confirmed by comparing every row."""
+    node of each column (``stored_columns``). Exact: nodes are grouped by their codes in ``key_rows``
+    spread rows, the grouping is confirmed on every row in one chunked pass, and if any node fails it,
+    the nodes are grouped again by all their codes."""
     u, nc = codes.shape[0], codes.shape[1]
-    tie = np.zeros(nc, np.int32)
-    if u == 0:
+    if u == 0 or nc == 0:
         return np.arange(nc, dtype=np.int32)
     probe = np.unique(np.linspace(0, u - 1, min(u, key_rows)).astype(np.int64))
-    keys = np.ascontiguousarray(codes[probe].transpose(1, 0, 2)).reshape(nc, -1)
-    firsts: list[int] = []
-    candidates: dict[bytes, list[int]] = {}
-    for j in range(nc):
-        same = candidates.setdefault(keys[j].tobytes(), [])
-        for t in same:
-            if np.array_equal(codes[:, firsts[t]], codes[:, j]):
-                tie[j] = t
-                break
-        else:
-            tie[j] = len(firsts)
-            same.append(len(firsts))
-            firsts.append(j)
-    return tie
+    tie = _first_appearance(np.ascontiguousarray(codes[probe].transpose(1, 0, 2)).reshape(nc, -1))
+    rep = stored_columns(tie)[tie]
+    ok = np.ones(nc, bool)
+    for start in range(0, u, chunk_rows):
+        chunk = codes[start : start + chunk_rows]
+        differs = (chunk.reshape(len(chunk), -1) != np.take(chunk, rep, axis=1).reshape(len(chunk), -1)).any(0)
+        ok &= ~differs.reshape(nc, 3).any(1)
+    if ok.all():
+        return tie
+    return _first_appearance(np.ascontiguousarray(codes.transpose(1, 0, 2)).reshape(nc, -1))
+
+
+def _first_appearance(rows: np.ndarray) -> np.ndarray:
+    """(nc, w) → (nc,) int32: the number of each row's value among the distinct rows, in order of first
+    appearance (equal rows, equal number; a dict on the bytes, so exact)."""
+    seen: dict[bytes, int] = {}
+    return np.array([seen.setdefault(row.tobytes(), len(seen)) for row in rows], np.int32)
 
 
 def stored_columns(tie: np.ndarray) -> np.ndarray:
@@ -204,7 +211,8 @@ def config_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
         "first_index": pa.array(g.first_index, pa.int32()),
     }
     spread = group_runtime_spread(g)
-    columns["runtime_max"] = pa.nulls(u, pa.int64()) if spread is None else pa.array(spread[1], pa.int64())
+    columns["runtime_spread"] = (pa.nulls(u, pa.int64()) if spread is None
+                                 else pa.array(spread[1] - spread[0], pa.int64()))
     if kind == "layout":
         tie = tie_nodes(g.config_codes) if tie is None else tie
         stored = g.config_codes[:, stored_columns(tie)]
@@ -259,6 +267,11 @@ class PartFiles:
     configs_sha256: str
 
 
+def layout_rows_per_group(num_columns: int) -> int:
+    """Configs per row group of a layout graph with ``num_columns`` stored codes columns (nt)."""
+    return max(LAYOUT_CONFIGS_ROW_GROUP_ROWS, LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES // max(1, 12 * num_columns))
+
+
 def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
     """Rows per row group so that one group stays under ``budget_bytes`` uncompressed."""
     if table.num_rows == 0:
@@ -285,7 +298,8 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], ties: Seq
         if kind == "layout":  # row groups never span two graphs
             for g, tie in zip(graphs, ties, strict=True):
                 t = config_table(g, tie)
-                rows = min(LAYOUT_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes))
+                nt = int(tie.max()) + 1 if len(tie) else 0
+                rows = min(layout_rows_per_group(nt), rows_per_group(t, row_group_bytes))
                 w.write_table(t, row_group_size=rows)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
@@ -414,6 +428,6 @@ def shard_record(info: ShardInfo) -> dict:
 
 
 __all__ = [
-    "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "list_column",
+    "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "layout_rows_per_group", "list_column",
     "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts",
 ]
