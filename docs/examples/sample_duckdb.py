@@ -7,6 +7,7 @@ Usage: python sample_duckdb.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
 
 import sys
+from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -26,10 +27,18 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
 
 
+@cache
+def connection() -> duckdb.DuckDBPyConnection:
+    """One connection per process, caching the Parquet footers it has read (sampling reads them again)."""
+    con = duckdb.connect()
+    con.execute("SET parquet_metadata_cache = true")
+    return con
+
+
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     collection = graph_id.rsplit(":", 1)[0]
     kind, folder = collection.split(":")[0], Path(shards, *collection.split(":"))
-    con = duckdb.connect()
+    con = connection()
     tie = ", config_node_tie" if kind == "layout" else ""
     graph = con.execute(f"SELECT num_unique_configs{tie} FROM read_parquet(?) WHERE graph_id = ?",
                         [str(folder / "graphs" / "*.parquet"), graph_id]).fetchall()

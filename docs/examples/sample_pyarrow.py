@@ -6,6 +6,7 @@ node_config_feat | config_feat, config_runtime_normalizers).
 """
 
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +28,18 @@ def admits(stats: pq.Statistics | None, low, high) -> bool:
     return stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low)
 
 
+@cache
+def parquet_file(path: Path) -> pq.ParquetFile:
+    """An open shard, its footer parsed once per process (sampling reads the same files again and again)."""
+    return pq.ParquetFile(path)
+
+
 def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, columns: list[str]) -> pa.Table:
     """The rows of ``graph_id`` (and, if given, config_id in ``rows``) from the row groups whose graph_id
     and config_id statistics admit them: only those row groups are decompressed."""
     pieces = []
     for path in files:
-        pf = pq.ParquetFile(path)
+        pf = parquet_file(path)
         names = pf.schema_arrow.names
         wanted = [c for c in columns if c in names]
         groups = []
@@ -48,7 +55,7 @@ def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, col
                         continue
             groups.append(rg)
         if groups:
-            table = pf.read_row_groups(groups, columns=wanted)
+            table = pf.read_row_groups(groups, columns=wanted, use_threads=False)  # a few small row groups
             keep = pc.equal(table["graph_id"], graph_id)
             if rows is not None:
                 keep = pc.and_(keep, pc.is_in(table["config_id"], pa.array(rows, pa.int32())))

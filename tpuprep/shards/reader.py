@@ -51,6 +51,8 @@ def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: lis
     try:
         return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
     except (OSError, pa.ArrowException) as exc:
+        for rg in rgs:  # name the row group at fault
+            read_row_group(pf, path, rg, columns)
         raise BadShards(f"{path}: row groups {rgs[0]}..{rgs[-1]} are corrupt: {_one_line(exc)}") from None
 
 
