@@ -108,6 +108,14 @@ def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
     return None if table.column(name).null_count else _flat(taken.column(name)).copy()
 
 
+def _sample_fields(graph_id: str, rows: np.ndarray, table: pa.Table, taken: pa.Table) -> dict:
+    """The ConfigSample fields common to layout and tile, from the rows ``taken`` out of ``table``."""
+    return {"graph_id": graph_id, "rows": rows, "config_runtime": _taken(table, taken, "runtime"),
+            "config_runtime_spread": _taken(table, taken, "runtime_spread"),
+            "group_size": _flat(taken.column("group_size")).copy(),
+            "first_index": _flat(taken.column("first_index")).copy()}
+
+
 def _flat_or_none(column: pa.ChunkedArray) -> np.ndarray | None:
     """A flat int64/... column as NumPy, None when it holds nulls (the test split's runtimes)."""
     return None if column.null_count else _flat(column)
@@ -559,11 +567,7 @@ class Dataset:
         stored = binary_rows(taken.column("codes")).reshape(len(rows), -1, 3) if len(rows) else \
             np.zeros((0, 0, 3), np.int32)
         return ConfigSample(
-            graph_id=graph_id, rows=rows,
-            config_runtime=_taken(table, taken, "runtime"),
-            config_runtime_spread=_taken(table, taken, "runtime_spread"),
-            group_size=_flat(taken.column("group_size")).copy(),
-            first_index=_flat(taken.column("first_index")).copy(),
+            **_sample_fields(graph_id, rows, table, taken),
             # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
             node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
             np.zeros((0, len(tie), 18), np.int8),
@@ -581,11 +585,7 @@ class Dataset:
         rows = sample_rows(len(ids), k, seed)
         taken = table.take(pa.array(rows))
         return ConfigSample(
-            graph_id=graph_id, rows=rows,
-            config_runtime=_taken(table, taken, "runtime"),
-            config_runtime_spread=_taken(table, taken, "runtime_spread"),
-            group_size=_flat(taken.column("group_size")).copy(),
-            first_index=_flat(taken.column("first_index")).copy(),
+            **_sample_fields(graph_id, rows, table, taken),
             config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
             config_runtime_normalizers=_taken(table, taken, "normalizer"),
         )
