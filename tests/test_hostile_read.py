@@ -310,7 +310,9 @@ MANIFEST_DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "deep": (lambda r: (r / "manifest.json").write_text("[" * 100_000 + "]" * 100_000), r"nested too deeply"),
     "format": (lambda r: edit_manifest(r, lambda m: m.update(format="parquet-shards")), r"format: unknown format"),
     "version-99": (lambda r: edit_manifest(r, lambda m: m.update(schema_version=99)), r"schema_version: unknown schema version 99"),
-    "version-2.0": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="2.0")), r"unknown schema version '2.0'"),
+    "version-3.0": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="3.0")), r"unknown schema version '3.0'"),
+    # schema 1.x stored every configurable node's codes (no config_node_tie): a 2.x reader must refuse it
+    "version-1.1": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="1.1")), r"unknown schema version '1.1'"),
     "no-shards-key": (lambda r: edit_manifest(r, lambda m: m.pop("shards")), r"has no 'shards'"),
     "options-folds": (lambda r: edit_manifest(r, lambda m: m["options"].update(folds=0)), r"options.folds"),
     "options-type": (lambda r: edit_manifest(r, lambda m: m["options"].update(dedup="yes")), r"options.dedup"),

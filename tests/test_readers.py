@@ -36,6 +36,8 @@ STACKS = {  # example name -> modules it needs beyond numpy
     "torch": ["torch", "pyarrow"],
     "jax": ["jax", "pyarrow"],
 }
+SAMPLERS = {"pyarrow": ["pyarrow"], "polars": ["polars"], "duckdb": ["duckdb"]}  # sample_<stack>.py
+SAMPLE_ARRAYS = ("rows", "config_runtime", "node_config_feat", "config_feat", "config_runtime_normalizers")
 RECORD_ARRAYS = (
     "node_feat", "node_opcode", "edge_index", "node_index", "node_config_ids", "node_splits", "config_inverse",
     "config_runtime_original", "config_runtime_normalizers_original", "config_runtime",
@@ -191,16 +193,16 @@ def assert_same_arrays(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], w
         assert np.array_equal(have, want), f"{where}: {name} differs from load_graph"
 
 
-def run_example(stack: str, cases: list[tuple[Path, str]], tmp: Path) -> dict[tuple[str, str], Path]:
-    """Run docs/examples/read_<stack>.py on every case in one subprocess without tpuprep."""
+def run_example(stack: str, cases: list[tuple[Path, str]], tmp: Path, prefix: str = "read") -> dict[tuple[str, str], Path]:
+    """Run docs/examples/<prefix>_<stack>.py on every case in one subprocess without tpuprep."""
     jobs, outs = [], {}
     for i, (shards, gid) in enumerate(cases):
         out = tmp / f"{stack}-{i}"
         jobs.append((str(shards), gid, str(out)))
         outs[(str(shards), gid)] = out
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(EXAMPLES / f"read_{stack}.py"), json.dumps(jobs)],
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(EXAMPLES / f"{prefix}_{stack}.py"), json.dumps(jobs)],
                           cwd=tmp, env=hf_env(tmp), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"read_{stack}.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, f"{prefix}_{stack}.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     assert "NO-TPUPREP-OK" in proc.stdout
     return outs
 
@@ -218,8 +220,22 @@ def test_reader_example_reproduces_load_graph(stack, reader_cases, tmp_path):
         assert_same_arrays(got, expected_arrays(g, got), f"read_{stack}.py on {gid}")
 
 
+@pytest.mark.parametrize("stack", list(SAMPLERS))
+def test_sampled_read_example_reproduces_sample_configs(stack, reader_cases, tmp_path):
+    """docs/examples/sample_<stack>.py (default k = 64, seed 0) writes what Dataset.sample_configs gives:
+    the same rows in the same order, the same arrays, dtypes and shapes; runtimes absent on test."""
+    require(*SAMPLERS[stack])
+    outs = run_example(stack, reader_cases, tmp_path, prefix="sample")
+    for shards, gid in reader_cases:
+        s = tpuprep.open_dataset(shards).sample_configs(gid, 64, seed=0)
+        got = {p.stem: np.load(p, allow_pickle=False) for p in outs[(str(shards), gid)].glob("*.npy")}
+        exp = {name: getattr(s, name) for name in SAMPLE_ARRAYS if getattr(s, name) is not None}
+        assert_same_arrays(got, exp, f"sample_{stack}.py on {gid}")
+
+
 def test_every_stack_has_an_example():
     assert sorted(p.stem.removeprefix("read_") for p in EXAMPLES.glob("read_*.py")) == sorted(STACKS)
+    assert sorted(p.stem.removeprefix("sample_") for p in EXAMPLES.glob("sample_*.py")) == sorted(SAMPLERS)
 
 
 def test_examples_fail_loudly_on_an_unknown_graph(mixed_shards, tmp_path):

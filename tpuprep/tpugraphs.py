@@ -107,6 +107,8 @@ class ConfigCounts:
 
     @property
     def num_unique_configs(self) -> int:
+        if self.group_size is None:  # a record read with configs=False: c_u from the inverse map
+            return int(self.config_inverse.max()) + 1 if len(self.config_inverse) else 0
         return int(self.group_size.shape[0])
 
 

@@ -169,7 +169,14 @@ def _check_groups(g: GraphRecord, runtime: np.ndarray | None, normalizer: np.nda
     _check(np.array_equal(np.bincount(inv, minlength=u), g.group_size), problems, gid, "group_size mismatch")
     if runtime is None:
         _check(g.config_runtime is None, problems, gid, "test graph has runtimes")
+        _check(g.config_runtime_spread is None, problems, gid, "test graph has runtime_spread")
         return
+    low = np.full(u, np.iinfo(np.int64).max, np.int64)
+    high = np.full(u, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(low, inv, runtime)
+    np.maximum.at(high, inv, runtime)
+    _check(g.config_runtime_spread is not None and np.array_equal(high - low, g.config_runtime_spread), problems,
+           gid, "runtime_spread is not the group's largest minus smallest runtime")
     if normalizer is None:
         best = np.full(u, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(best, inv, runtime)
@@ -182,6 +189,23 @@ def _check_groups(g: GraphRecord, runtime: np.ndarray | None, normalizer: np.nda
             best_ratio[grp] = ratio
     chosen = [Fraction(int(r), int(n)) for r, n in zip(g.config_runtime, g.config_runtime_normalizers, strict=True)]
     _check(chosen == [best_ratio[i] for i in range(u)], problems, gid, "tile runtime/normalizer is not the group minimum")
+
+
+def _check_quality(ds: Dataset, g: GraphRecord, runtime: np.ndarray | None, problems: list[str]) -> None:
+    """The graphs row's num_duplicate_groups / num_noisy_groups (spread > 1 %) from the inputs."""
+    inv = g.config_inverse.astype(np.int64)
+    u = int(inv.max(initial=-1)) + 1
+    size = np.bincount(inv, minlength=u)
+    want: dict[str, int | None] = {"num_duplicate_groups": int(np.count_nonzero(size > 1)), "num_noisy_groups": None}
+    if runtime is not None:
+        lo = np.full(u, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(u, np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(lo, inv, runtime)
+        np.maximum.at(hi, inv, runtime)
+        want["num_noisy_groups"] = int(np.count_nonzero((size > 1) & (hi > lo * 1.01)))
+    row = ds.graph_row(g.graph_id)
+    for name, value in want.items():
+        _check(row.get(name) == value, problems, g.graph_id, f"graphs column {name} is {row.get(name)!r}, expected {value!r}")
 
 
 def _check_dedup(g: GraphRecord, options: dict, problems: list[str]) -> None:
@@ -253,6 +277,7 @@ def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems
                     problems.append(f"{gid}: original config row {start + bad} is not reconstructed")
                     break
             _check_groups(g, runtime if labelled else None, None, problems)
+            _check_quality(ds, g, runtime if labelled else None, problems)
         else:
             cfeat = f.read("config_feat").astype(np.float32)
             _check(np.array_equal(g.config_feat[g.config_inverse], cfeat), problems, gid, "tile config_feat rows are not reconstructed")
@@ -261,6 +286,7 @@ def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems
                 _check(g.config_runtime_normalizers_original is not None
                        and np.array_equal(g.config_runtime_normalizers_original, norm), problems, gid, "original normalizers differ")
             _check_groups(g, runtime if labelled else None, norm if labelled else None, problems)
+            _check_quality(ds, g, runtime if labelled else None, problems)
     return facts
 
 

@@ -15,7 +15,7 @@ GRAPH_SQL = """
 SELECT node_index, flatten(node_feat) AS node_feat, node_opcode, flatten(edge_index) AS edge_index,
        config_inverse, config_runtime_original, {extra}
 FROM read_parquet(?) WHERE graph_id = ?"""
-GRAPH_EXTRA = {"layout": "node_config_ids, node_splits", "tile": "config_runtime_normalizers_original"}
+GRAPH_EXTRA = {"layout": "node_config_ids, node_splits, config_node_tie", "tile": "config_runtime_normalizers_original"}
 # one row holding the graph's configs as lists, in config_id order
 CONFIGS_SQL = """
 SELECT count(*) AS num_configs, list(runtime ORDER BY config_id) AS config_runtime,
@@ -23,7 +23,7 @@ SELECT count(*) AS num_configs, list(runtime ORDER BY config_id) AS config_runti
        {extra}
 FROM read_parquet(?) WHERE graph_id = ?"""
 CONFIGS_EXTRA = {
-    "layout": "list(codes ORDER BY config_id) AS config_codes",  # BLOBs of nc*3 little-endian int32
+    "layout": "list(codes ORDER BY config_id) AS config_codes",  # BLOBs of nt*3 little-endian int32
     "tile": "list(normalizer ORDER BY config_id) AS config_runtime_normalizers, "
             "flatten(list(config_feat ORDER BY config_id)) AS config_feat",
 }
@@ -54,7 +54,8 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
                         str(folder / "configs" / "*.parquet"), graph_id)
     num_configs = int(configs.pop("num_configs"))
     if "config_codes" in configs:  # layout: join the BLOBs, view them as int32
-        configs["config_codes"] = np.frombuffer(b"".join(configs["config_codes"]), "<i4").reshape(num_configs, -1, 3)
+        stored = np.frombuffer(b"".join(configs["config_codes"]), "<i4").reshape(num_configs, -1, 3)
+        configs["config_codes"] = stored[:, graph.pop("config_node_tie")]  # tied nodes share a column
     out = {name: np.asarray(value) for name, value in {**graph, **configs}.items()
            if value is not None and not np.ma.is_masked(value)}
     for name, width in WIDTHS.items():

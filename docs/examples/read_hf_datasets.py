@@ -57,11 +57,12 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
         for column, name in names.items():
             if column in features and (value := restore(values[column], features[column])) is not None:
                 out[name] = value
-    if "codes" in configs.features:  # layout: nc*3 little-endian int32 per config, as one binary value
+    if "codes" in configs.features:  # layout: nt*3 little-endian int32 per config, as one binary value
         # the numpy format gives a fixed-width bytes array (dtype S<12*nc>): view its buffer, never join its
         # elements (indexing an S array strips trailing zero bytes, which are data here)
         codes = np.ascontiguousarray(columns["codes"]).view("<i4")
-        out["config_codes"] = codes.reshape(configs.num_rows, int(row["num_config_nodes"]), 3)
+        stored = codes.reshape(configs.num_rows, int(row["num_config_columns"]), 3)  # tied nodes share a column
+        out["config_codes"] = stored[:, np.asarray(row["config_node_tie"], np.int64)]
         out["node_config_feat"] = decode_base7(out["config_codes"])
     return out
 

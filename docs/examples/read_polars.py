@@ -51,10 +51,10 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
     for name, width in WIDTHS.items():
         if name in out:
             out[name] = out[name].reshape(-1, width)
-    if "codes" in configs.columns:  # layout: nc*3 little-endian int32 per config, as one binary value
-        width = 3 * graph["num_config_nodes"].item()
+    if "codes" in configs.columns:  # layout: nt*3 little-endian int32 per config, as one binary value
+        width = 3 * graph["num_config_columns"].item()  # nt stored columns: tied nodes share one
         codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, width), endianness="little")
-        out["config_codes"] = to_numpy(codes).reshape(configs.height, -1, 3)
+        out["config_codes"] = to_numpy(codes).reshape(configs.height, -1, 3)[:, to_numpy(graph["config_node_tie"])]
         out["node_config_feat"] = decode_base7(out["config_codes"])
     return out
 

@@ -47,7 +47,7 @@ def to_numpy(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def binary_to_numpy(column: pa.ChunkedArray, dtype: str) -> np.ndarray:
-    """A binary column of equal-width rows (the layout ``codes``: nc*3 little-endian int32 per config) as
+    """A binary column of equal-width rows (the layout ``codes``: nt*3 little-endian int32 per config) as
     one flat array: the rows' bytes are contiguous in Arrow's data buffer, so this is a zero-copy view."""
     array = column.combine_chunks()
     offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
@@ -68,7 +68,8 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
         if name in out:
             out[name] = out[name].reshape(-1, width)
     if "codes" in configs.column_names:  # layout
-        out["config_codes"] = binary_to_numpy(configs["codes"], "<i4").reshape(configs.num_rows, -1, 3)
+        stored = binary_to_numpy(configs["codes"], "<i4").reshape(configs.num_rows, -1, 3)  # (c_u, nt, 3)
+        out["config_codes"] = stored[:, to_numpy(graph["config_node_tie"])]  # tied nodes share a column
         out["node_config_feat"] = decode_base7(out["config_codes"])
     return out
 

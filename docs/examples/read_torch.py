@@ -44,7 +44,7 @@ def to_tensor(column: pa.ChunkedArray) -> torch.Tensor:
 
 
 def binary_to_numpy(column: pa.ChunkedArray, dtype: str) -> np.ndarray:
-    """A binary column of equal-width rows (the layout ``codes``: nc*3 little-endian int32 per config) as
+    """A binary column of equal-width rows (the layout ``codes``: nt*3 little-endian int32 per config) as
     one flat array: the rows' bytes are contiguous in Arrow's data buffer, so this is a zero-copy view."""
     array = column.combine_chunks()
     offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
@@ -65,8 +65,9 @@ def load_graph(shards: str, graph_id: str) -> dict[str, torch.Tensor]:
         if name in out:
             out[name] = out[name].reshape(-1, width)
     if "codes" in configs.column_names:  # layout
-        codes = binary_to_numpy(configs["codes"], "<i4").reshape(configs.num_rows, -1, 3)
-        out["config_codes"] = torch.tensor(codes)
+        stored = binary_to_numpy(configs["codes"], "<i4").reshape(configs.num_rows, -1, 3)  # (c_u, nt, 3)
+        tie = graph["config_node_tie"].combine_chunks().flatten().to_numpy()  # tied nodes share a column
+        out["config_codes"] = torch.tensor(stored[:, tie])
     return out
 
 

@@ -162,7 +162,14 @@ def render_card(manifest: dict, root: Path | None = None) -> str:
         "- Without tpuprep: pyarrow, polars, DuckDB, PyTorch and JAX loaders are in tpuprep's `docs/readers.md`; "
         "filter on `graph_id` (row-group statistics make that read only the graph's row groups).",
         "- Layout configs are stored as base-7 codes (column `codes`, described below): value = "
-        "(code // 7**i) % 7 - 1 for slot i of each 6-slot block t (slots 6t..6t+5, first slot least significant).",
+        "(code // 7**i) % 7 - 1 for slot i of each 6-slot block t (slots 6t..6t+5, first slot least significant). "
+        "Configurable nodes equal in every config of a graph share one stored column: a config's (nc, 3) codes "
+        "are `frombuffer(codes, '<i4').reshape(-1, 3)[config_node_tie]` (`config_node_tie` from the graphs row).",
+        "- Sampled reads: a layout graph's configs are cut into row groups of ≈ 32 KiB of codes (at least 64 "
+        "configs, config_id order), so filtering on `graph_id` and `config_id IN (...)` decompresses only the "
+        "row groups holding the sampled configs (`Dataset.sample_configs` in tpuprep).",
+        "- Data quality: `runtime_spread` (per unique config: largest − smallest runtime of its duplicate group) "
+        "and, per graph, `num_duplicate_groups` / `num_noisy_groups` (groups whose runtimes disagree by > 1 %).",
         "", "## Columns", ""]
     for kind in sorted(kinds):
         lines += [render_table(f"{kind}_graphs"), render_table(f"{kind}_configs")]

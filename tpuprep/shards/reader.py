@@ -50,6 +50,18 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
 
 
+def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None,
+                    use_threads: bool = True) -> pa.Table:
+    """Row groups ``rgs`` of an open shard as one table; a failed checksum or bad page → ``BadShards``.
+    ``use_threads=False`` for a few small row groups (a thread pool costs more than it saves there)."""
+    try:
+        return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
+    except (OSError, pa.ArrowException) as exc:
+        for rg in rgs:  # name the row group at fault
+            read_row_group(pf, path, rg, columns)
+        raise BadShards(f"{path}: row groups {rgs[0]}..{rgs[-1]} are corrupt: {_one_line(exc)}") from None
+
+
 def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] | None = None) -> pa.Table:
     """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
     try:
@@ -86,6 +98,35 @@ def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
     return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
 
 
+def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Stored codes (k, nt, 3) int32 → per-node codes (k, nc, 3) int32 through ``tie`` (nc,) int32
+    (``BadShards``-worthy ``IndexError`` when a tie names no stored column). No copy when nothing is tied."""
+    if len(tie) == stored.shape[1] and np.array_equal(tie, np.arange(len(tie))):
+        return stored
+    if len(tie) and (tie.min() < 0 or tie.max() >= stored.shape[1]):
+        raise IndexError(f"config_node_tie names column {int(tie.max())}, the codes hold {stored.shape[1]}")
+    return np.take(stored, tie, axis=1)  # ~4x faster than stored[:, tie]
+
+
+def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
+    """Column ``name`` of the rows ``taken`` from ``table`` as a fresh NumPy array, None when the column
+    holds nulls in ``table`` (the test split's runtimes: decided on every row read, even for k = 0)."""
+    return None if table.column(name).null_count else _flat(taken.column(name)).copy()
+
+
+def _sample_fields(graph_id: str, rows: np.ndarray, table: pa.Table, taken: pa.Table) -> dict:
+    """The ConfigSample fields common to layout and tile, from the rows ``taken`` out of ``table``."""
+    return {"graph_id": graph_id, "rows": rows, "config_runtime": _taken(table, taken, "runtime"),
+            "config_runtime_spread": _taken(table, taken, "runtime_spread"),
+            "group_size": _flat(taken.column("group_size")).copy(),
+            "first_index": _flat(taken.column("first_index")).copy()}
+
+
+def _flat_or_none(column: pa.ChunkedArray) -> np.ndarray | None:
+    """A flat int64/... column as NumPy, None when it holds nulls (the test split's runtimes)."""
+    return None if column.null_count else _flat(column)
+
+
 def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None) -> np.ndarray | None:
     col = table.column(column)
     cell = col.slice(row, 1)
@@ -106,7 +147,14 @@ class GraphRecord(ConfigCounts):
     config_inverse (c,) int32; config_runtime_original (c,) int64 (None on test);
     config_codes (c_u, nc, 3) int32 (layout, else None); config_feat (c_u, 24) float32,
     config_runtime_normalizers (c_u,) int64 and config_runtime_normalizers_original (c,) int64
-    (tile, normalizers None on test).
+    (tile, normalizers None on test); config_runtime_spread (c_u,) int64, the largest minus the
+    smallest original runtime of each duplicate group, ns (0 for a group of one; layout: the largest is
+    config_runtime + config_runtime_spread; None on test); config_node_tie (nc,) int32 (layout): the stored codes column
+    of each configurable node (tied nodes, equal in every config, share one).
+
+    ``load_graph(graph_id, configs=False)`` leaves every per-unique-config array (config_runtime,
+    group_size, first_index, config_codes, config_feat, config_runtime_normalizers, config_runtime_spread)
+    None: the structure only, read without opening a configs shard.
 
     Every array is read-only (``flags.writeable`` False): most are zero-copy views of the Arrow
     buffers the shard was decoded into, and the rest are frozen too so that all fields behave alike.
@@ -123,8 +171,8 @@ class GraphRecord(ConfigCounts):
     edge_index: np.ndarray
     node_index: np.ndarray
     config_runtime: np.ndarray | None
-    group_size: np.ndarray
-    first_index: np.ndarray
+    group_size: np.ndarray | None
+    first_index: np.ndarray | None
     config_inverse: np.ndarray
     config_runtime_original: np.ndarray | None
     node_config_ids: np.ndarray | None = None
@@ -133,6 +181,8 @@ class GraphRecord(ConfigCounts):
     config_feat: np.ndarray | None = None
     config_runtime_normalizers: np.ndarray | None = None
     config_runtime_normalizers_original: np.ndarray | None = None
+    config_runtime_spread: np.ndarray | None = None
+    config_node_tie: np.ndarray | None = None
 
     @property
     def kind(self) -> str:
@@ -140,6 +190,9 @@ class GraphRecord(ConfigCounts):
 
     def node_config_feat(self, rows: np.ndarray | list[int] | None = None) -> np.ndarray:
         """Decoded layouts (k, nc, 18) int8 of unique configs ``rows`` in the order given (all if None)."""
+        if self.config_codes is None and self.config_feat is None:
+            raise ValueError(f"{self.graph_id} was loaded with configs=False: use sample_configs or "
+                             "load_graph(graph_id) for its configs")
         if self.config_codes is None:
             raise ValueError(f"{self.graph_id} is a tile graph: it has config_feat, not node_config_feat")
         codes = self.config_codes if rows is None else self.config_codes[np.asarray(rows, dtype=np.int64)]
@@ -164,6 +217,43 @@ def safe_normalizer(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.n
     mean[~np.isfinite(mean)] = 0.0
     std[~np.isfinite(std) | (std <= 0)] = 1.0
     return mean, std
+
+
+@dataclass
+class ConfigSample:
+    """k sampled unique configs of one graph (``Dataset.sample_configs``). Every array is a fresh,
+    writable NumPy array owned by the sample.
+
+    rows (k,) int64: unique-config rows, the numbering of ``load_graph`` (``config_id``), distinct, in
+    the order drawn; config_runtime (k,) int64 ns (None on test); config_runtime_spread (k,) int64 ns, the
+    largest minus the smallest runtime of each row's duplicate group (None on test); group_size, first_index (k,) int32;
+    node_config_feat (k, nc, 18) int8 (layout, else None); config_feat (k, 24) float32 and
+    config_runtime_normalizers (k,) int64 (tile, else None; normalizers None on test).
+    """
+
+    graph_id: str
+    rows: np.ndarray
+    config_runtime: np.ndarray | None
+    config_runtime_spread: np.ndarray | None
+    group_size: np.ndarray
+    first_index: np.ndarray
+    node_config_feat: np.ndarray | None = None
+    config_feat: np.ndarray | None = None
+    config_runtime_normalizers: np.ndarray | None = None
+
+
+def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
+    """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
+    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct)."""
+    if k < 0:
+        raise ValueError(f"k must be ≥ 0, got {k}")
+    rng = np.random.default_rng(seed)
+    return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
+
+
+_SAMPLE_COLUMNS = {"layout": ["config_id", "runtime", "runtime_spread", "group_size", "first_index", "codes"],
+                   "tile": ["graph_id", "config_id", "runtime", "runtime_spread", "group_size",
+                            "first_index", "normalizer", "config_feat"]}
 
 
 def shard_table(pf: pq.ParquetFile) -> str:
@@ -242,6 +332,9 @@ class Dataset:
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
+        self._files: dict[Path, pq.ParquetFile] = {}
+        self._ties: dict[str, np.ndarray] = {}
+        self._plans: dict[str, tuple[list[tuple[Path, int]], np.ndarray]] = {}
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r}, collections={self.collections})"
@@ -348,19 +441,29 @@ class Dataset:
         path, rg, row = index.graph_rows[graph_id]
         return index, path, self._row_group(path, rg), row
 
-    def load_graph(self, graph_id: str) -> GraphRecord:
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
-        the shards do not hold it as the manifest says)."""
+        the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
+        row; no configs shard is opened), every per-unique-config array None."""
         index, path, g, row = self._graph_row_group(graph_id)
         collection, split = self._graphs[graph_id]
+        if not configs:
+            try:
+                return self._record(graph_id, collection, split, g, row, None)
+            except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+                if isinstance(exc, BadShards):
+                    raise
+                raise BadShards(f"{path}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
         groups = index.config_row_groups(graph_id)
         try:
             pieces = []
-            for cpath, crg in groups:
+            if collection_kind(collection) == "layout":  # the graph's own (small) row groups, one read per shard
+                for cpath in dict.fromkeys(p for p, _ in groups):
+                    rgs = [rg for p, rg in groups if p == cpath]
+                    pieces.append(read_row_groups(self._parquet(cpath), cpath, rgs))
+            for cpath, crg in groups if collection_kind(collection) == "tile" else ():
                 t = self._row_group(cpath, crg)
-                if collection.startswith("tile:"):
-                    t = t.filter(pc.equal(t.column("graph_id"), graph_id))
-                pieces.append(t)
+                pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
             return self._record(graph_id, collection, split, g, row, pieces)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):
@@ -369,17 +472,39 @@ class Dataset:
             raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
 
     def _record(self, graph_id: str, collection: str, split: str, g: pa.Table, row: int,
-                pieces: list[pa.Table]) -> GraphRecord:
-        """Assemble a GraphRecord from the graph's row (``g``, row ``row``) and its configs rows."""
+                pieces: list[pa.Table] | None) -> GraphRecord:
+        """Assemble a GraphRecord from the graph's row (``g``, row ``row``) and its configs rows
+        (``pieces``; None: the structure only)."""
         kind = collection_kind(collection)
         scalar = {name: g.column(name)[row].as_py()
-                  for name in ("fold", "source_file", "num_config_nodes", "num_unique_configs")
+                  for name in ("fold", "source_file", "num_config_nodes", "num_config_columns",
+                               "num_unique_configs")
                   if name in g.column_names}
+        if pieces is None:
+            return self._structure(graph_id, collection, split, g, row, scalar)
         rows = sum(p.num_rows for p in pieces)
         if rows != scalar["num_unique_configs"]:
             raise ValueError(f"{rows} configs rows, its graphs row says num_unique_configs "
                              f"{scalar['num_unique_configs']}")
         configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        record = self._structure(graph_id, collection, split, g, row, scalar)
+        record.config_runtime = _flat_or_none(configs.column("runtime"))
+        record.config_runtime_spread = _flat_or_none(configs.column("runtime_spread"))
+        record.group_size = _flat(configs.column("group_size"))
+        record.first_index = _flat(configs.column("first_index"))
+        if kind == "layout":
+            stored = binary_rows(configs.column("codes")).reshape(-1, scalar["num_config_columns"], 3)
+            record.config_codes = expand_tied(stored, record.config_node_tie)
+        else:
+            record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
+            record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
+                                                 else _flat(configs.column("normalizer")))
+        return record
+
+    @staticmethod
+    def _structure(graph_id: str, collection: str, split: str, g: pa.Table, row: int,
+                   scalar: dict) -> GraphRecord:
+        """A GraphRecord of the graphs row alone (every per-unique-config array None)."""
         record = GraphRecord(
             graph_id=graph_id, collection=collection, split=split, fold=scalar["fold"],
             source_file=scalar["source_file"],
@@ -389,21 +514,114 @@ class Dataset:
             node_index=_list_cell(g, "node_index", row),
             config_inverse=_list_cell(g, "config_inverse", row),
             config_runtime_original=_list_cell(g, "config_runtime_original", row),
-            config_runtime=None if configs.column("runtime").null_count else _flat(configs.column("runtime")),
-            group_size=_flat(configs.column("group_size")),
-            first_index=_flat(configs.column("first_index")),
+            config_runtime=None, group_size=None, first_index=None,
         )
-        if kind == "layout":
-            nc = scalar["num_config_nodes"]
+        if collection_kind(collection) == "layout":
             record.node_config_ids = _list_cell(g, "node_config_ids", row)
             record.node_splits = _list_cell(g, "node_splits", row)
-            record.config_codes = binary_rows(configs.column("codes")).reshape(-1, nc, 3)
+            record.config_node_tie = _list_cell(g, "config_node_tie", row)
+            if len(record.config_node_tie) != scalar["num_config_nodes"]:
+                raise ValueError(f"config_node_tie has {len(record.config_node_tie)} entries, "
+                                 f"num_config_nodes is {scalar['num_config_nodes']}")
         else:
-            record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
-            record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
-                                                 else _flat(configs.column("normalizer")))
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
         return _read_only(record)
+
+    def _parquet(self, path: Path) -> pq.ParquetFile:
+        """An open shard, kept open for later sampled reads (footer parsed once)."""
+        if path not in self._files:
+            self._files[path] = open_parquet(path)
+        return self._files[path]
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``min(k, c_u)`` distinct unique configs of a graph drawn by ``sample_rows(c_u, k, seed)``
+        (``numpy.random.default_rng(seed).choice(c_u, k', replace=False)``), decoded.
+
+        Layout: only the row groups (≤ 64 configs each) holding the drawn rows are read, and only
+        their columns the sample needs; the graph's structure is not read. Tile: the graph's configs
+        rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
+        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``.
+        """
+        if graph_id not in self._graphs:
+            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        if k < 0:
+            raise ValueError(f"k must be ≥ 0, got {k}")
+        collection, split = self._graphs[graph_id]
+        groups = self._index(collection, split).config_row_groups(graph_id)
+        kind = collection_kind(collection)
+        try:
+            if kind == "layout":
+                if graph_id not in self._ties:
+                    self._ties[graph_id] = self.load_graph(graph_id, configs=False).config_node_tie
+                return self._sample_layout(graph_id, groups, k, seed, self._ties[graph_id])
+            return self._sample_tile(graph_id, groups, k, seed)
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+            if isinstance(exc, BadShards):
+                raise
+            where = ", ".join(sorted({str(p) for p, _ in groups}))
+            raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {_one_line(exc)}") from None
+
+    def _layout_plan(self, graph_id: str, groups: list[tuple[Path, int]]) -> np.ndarray:
+        """(g + 1,) int64: the first config_id of each of the graph's configs row groups, then c_u
+        (from the footers; kept per graph)."""
+        if graph_id not in self._plans or self._plans[graph_id][0] != groups:
+            sizes = [self._parquet(p).metadata.row_group(rg).num_rows for p, rg in groups]
+            starts = np.zeros(len(groups) + 1, np.int64)
+            np.cumsum(sizes, out=starts[1:])
+            self._plans[graph_id] = (groups, starts)
+        return self._plans[graph_id][1]
+
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int,
+                       tie: np.ndarray) -> ConfigSample:
+        starts = self._layout_plan(graph_id, groups)
+        sizes = np.diff(starts)
+        rows = sample_rows(int(starts[-1]), k, seed)
+        where = np.searchsorted(starts, rows, side="right") - 1
+        needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
+        pieces, offsets = [], {}
+        for path in dict.fromkeys(groups[i][0] for i in needed):
+            mine = [int(i) for i in needed if groups[i][0] == path]
+            t = read_row_groups(self._parquet(path), path, [groups[i][1] for i in mine],
+                                _SAMPLE_COLUMNS["layout"], use_threads=False)
+            base = sum(p.num_rows for p in pieces)
+            at = base
+            for i in mine:
+                offsets[i] = at
+                at += int(sizes[i])
+            pieces.append(t)
+        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        pos = np.array([offsets[int(w)] for w in where], np.int64) + rows - starts[where]
+        ids = _flat(table.column("config_id"))[pos]
+        if not np.array_equal(ids, rows):
+            bad = int(np.flatnonzero(ids != rows)[0])
+            raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
+                            f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
+        taken = table.take(pa.array(pos))
+        stored = binary_rows(taken.column("codes")).reshape(len(rows), -1, 3) if len(rows) else \
+            np.zeros((0, 0, 3), np.int32)
+        return ConfigSample(
+            **_sample_fields(graph_id, rows, table, taken),
+            # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
+            node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
+            np.zeros((0, len(tie), 18), np.int8),
+        )
+
+    def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
+        pieces = []
+        for path, rg in groups:
+            t = read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
+            pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
+        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        ids = _flat(table.column("config_id"))
+        if not np.array_equal(ids, np.arange(len(ids))):
+            raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id 0..{len(ids) - 1}")
+        rows = sample_rows(len(ids), k, seed)
+        taken = table.take(pa.array(rows))
+        return ConfigSample(
+            **_sample_fields(graph_id, rows, table, taken),
+            config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
+            config_runtime_normalizers=_taken(table, taken, "normalizer"),
+        )
 
     def graph_row(self, graph_id: str) -> dict:
         """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``

@@ -7,8 +7,10 @@ graph-id order into the final shards ``<dst>/<collection path>/{graphs,configs}/
 Because every part depends only on its input file and the options, and the merge only on the sorted
 parts, the shards are byte-identical whatever the number of workers or the order they finished in.
 
-Row groups: layout configs are cut at graph boundaries (and at ``row_group_bytes`` inside a large
-graph); tile configs and tile graph rows are batched, since tile graphs are tiny.
+Row groups: layout configs are cut at graph boundaries and every ``layout_rows_per_group(nt)`` configs
+inside a graph (≈ 32 KiB of stored codes, at least 64 configs; fewer if ``row_group_bytes`` demands it), so that a reader can fetch a few sampled
+configs by decompressing only the small row groups that hold them (``Dataset.sample_configs``); tile
+configs and tile graph rows are batched, since tile graphs are tiny.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ from .schema import SCHEMA_VERSION, table_schema
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
+LAYOUT_CONFIGS_ROW_GROUP_ROWS = 64
+"""Fewest layout configs per row group (a graph's last group may hold fewer)."""
+LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES = 32 << 10
+"""Stored codes per layout row group (uncompressed): the unit of random access. A row group holds
+max(``LAYOUT_CONFIGS_ROW_GROUP_ROWS``, this // (12 · nt)) configs, so a sampled config costs the
+decompression of ≈ 32 KiB of codes whatever the graph (see benchmarks/RESULTS.md for the measurements:
+smaller groups read faster but cost bytes, most on graphs with few stored columns)."""
+NOISY_SPREAD = 0.01
+"""A duplicate group is *noisy* when its largest runtime exceeds its smallest by more than this share."""
 
 
 # --------------------------------------------------------------------------- Arrow arrays
@@ -88,8 +99,71 @@ def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     return list_column(values, [values.shape[0]], dtype)
 
 
-def graph_table(g: ConvertedGraph) -> pa.Table:
-    """The one-row ``graphs`` table of a converted graph (layout or tile schema)."""
+def tie_nodes(codes: np.ndarray, key_rows: int = 64, chunk_rows: int = 1024) -> np.ndarray:
+    """Configurable nodes tied in every config: codes (c_u, nc, 3) int32 → tie (nc,) int32, where
+    ``tie[j]`` is the stored column that holds node j's codes. Stored columns are numbered in order of
+    first appearance (``tie[j] ≤ j``), so ``codes == codes[:, first][:, tie]`` with ``first`` the first
+    node of each column (``stored_columns``). Exact: nodes are grouped by their codes in ``key_rows``
+    spread rows, the grouping is confirmed on every row in one chunked pass, and if any node fails it,
+    the nodes are grouped again by all their codes."""
+    u, nc = codes.shape[0], codes.shape[1]
+    if u == 0 or nc == 0:
+        return np.arange(nc, dtype=np.int32)
+    probe = np.unique(np.linspace(0, u - 1, min(u, key_rows)).astype(np.int64))
+    tie = _first_appearance(np.ascontiguousarray(codes[probe].transpose(1, 0, 2)).reshape(nc, -1))
+    rep = stored_columns(tie)[tie]
+    ok = np.ones(nc, bool)
+    for start in range(0, u, chunk_rows):
+        chunk = codes[start : start + chunk_rows]
+        differs = (chunk.reshape(len(chunk), -1) != np.take(chunk, rep, axis=1).reshape(len(chunk), -1)).any(0)
+        ok &= ~differs.reshape(nc, 3).any(1)
+    if ok.all():
+        return tie
+    return _first_appearance(np.ascontiguousarray(codes.transpose(1, 0, 2)).reshape(nc, -1))
+
+
+def _first_appearance(rows: np.ndarray) -> np.ndarray:
+    """(nc, w) → (nc,) int32: the number of each row's value among the distinct rows, in order of first
+    appearance (equal rows, equal number; a dict on the bytes, so exact)."""
+    seen: dict[bytes, int] = {}
+    return np.array([seen.setdefault(row.tobytes(), len(seen)) for row in rows], np.int32)
+
+
+def stored_columns(tie: np.ndarray) -> np.ndarray:
+    """The first node of each stored column (nt,) int64 of a ``tie`` array."""
+    _, first = np.unique(tie, return_index=True)
+    return first.astype(np.int64)
+
+
+def group_runtime_spread(g: ConvertedGraph) -> tuple[np.ndarray, np.ndarray] | None:
+    """(min, max) (c_u,) int64 of the original runtimes of each unique config's duplicate group, in
+    ns; None on the test split (no runtimes)."""
+    if g.config_runtime_original is None:
+        return None
+    u = g.num_unique_configs
+    runtime = np.asarray(g.config_runtime_original, np.int64)
+    lo = np.full(u, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(u, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(lo, g.config_inverse, runtime)
+    np.maximum.at(hi, g.config_inverse, runtime)
+    return lo, hi
+
+
+def quality_counts(g: ConvertedGraph) -> tuple[int, int | None]:
+    """(duplicate groups, noisy duplicate groups) of a graph: groups of ≥ 2 original configs, and those
+    among them whose largest runtime exceeds the smallest by more than ``NOISY_SPREAD`` (None on test)."""
+    duplicates = int(np.count_nonzero(np.asarray(g.group_size) > 1))
+    spread = group_runtime_spread(g)
+    if spread is None:
+        return duplicates, None
+    lo, hi = spread
+    noisy = (np.asarray(g.group_size) > 1) & (hi.astype(np.float64) > lo * (1.0 + NOISY_SPREAD))
+    return duplicates, int(np.count_nonzero(noisy))
+
+
+def graph_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
+    """The one-row ``graphs`` table of a converted graph (layout or tile schema); ``tie``: the layout
+    graph's ``tie_nodes`` (computed if None)."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_graphs").arrow
     inp = g.inp
@@ -101,14 +175,17 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
         "num_edges": len(g.edge_index), "num_configs": g.num_configs,
         "num_unique_configs": g.num_unique_configs, "num_repad_anomalies": g.num_repad_anomalies,
     }
+    scalars["num_duplicate_groups"], scalars["num_noisy_groups"] = quality_counts(g)
     arrays = {
         "node_index": g.node_index, "node_feat": g.node_feat, "node_opcode": g.node_opcode,
         "edge_index": g.edge_index, "config_inverse": g.config_inverse,
         "config_runtime_original": g.config_runtime_original,
     }
     if kind == "layout":
+        tie = tie_nodes(g.config_codes) if tie is None else tie
         scalars["num_config_nodes"] = len(g.node_config_ids)
-        arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits}
+        scalars["num_config_columns"] = int(tie.max()) + 1 if len(tie) else 0
+        arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits, "config_node_tie": tie}
     else:
         arrays["config_runtime_normalizers_original"] = g.config_runtime_normalizers_original
     columns = []
@@ -120,8 +197,9 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def config_table(g: ConvertedGraph) -> pa.Table:
-    """The ``configs`` table of a converted graph: one row per unique config, in config_id order."""
+def config_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
+    """The ``configs`` table of a converted graph: one row per unique config, in config_id order; a
+    layout row's codes hold the graph's stored columns only (``tie``, computed if None)."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_configs").arrow
     u = g.num_unique_configs
@@ -132,8 +210,13 @@ def config_table(g: ConvertedGraph) -> pa.Table:
         "group_size": pa.array(g.group_size, pa.int32()),
         "first_index": pa.array(g.first_index, pa.int32()),
     }
+    spread = group_runtime_spread(g)
+    columns["runtime_spread"] = (pa.nulls(u, pa.int64()) if spread is None
+                                 else pa.array(spread[1] - spread[0], pa.int64()))
     if kind == "layout":
-        columns["codes"] = fixed_width_binary(g.config_codes.reshape(u, -1))
+        tie = tie_nodes(g.config_codes) if tie is None else tie
+        stored = g.config_codes[:, stored_columns(tie)]
+        columns["codes"] = fixed_width_binary(stored.reshape(u, -1))
     else:
         normalizers = g.config_runtime_normalizers
         columns["normalizer"] = pa.nulls(u, pa.int64()) if normalizers is None else pa.array(normalizers, pa.int64())
@@ -184,6 +267,11 @@ class PartFiles:
     configs_sha256: str
 
 
+def layout_rows_per_group(num_columns: int) -> int:
+    """Configs per row group of a layout graph with ``num_columns`` stored codes columns (nt)."""
+    return max(LAYOUT_CONFIGS_ROW_GROUP_ROWS, LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES // max(1, 12 * num_columns))
+
+
 def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
     """Rows per row group so that one group stays under ``budget_bytes`` uncompressed."""
     if table.num_rows == 0:
@@ -202,15 +290,17 @@ def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
     return size
 
 
-def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
-                         compression_level: int) -> None:
+def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], ties: Sequence[np.ndarray | None],
+                         row_group_bytes: int, compression_level: int) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
         if kind == "layout":  # row groups never span two graphs
-            for g in graphs:
-                t = config_table(g)
-                w.write_table(t, row_group_size=rows_per_group(t, row_group_bytes))
+            for g, tie in zip(graphs, ties, strict=True):
+                t = config_table(g, tie)
+                nt = int(tie.max()) + 1 if len(tie) else 0
+                rows = min(layout_rows_per_group(nt), rows_per_group(t, row_group_bytes))
+                w.write_table(t, row_group_size=rows)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
@@ -221,8 +311,9 @@ def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_
     """Write the part files of a batch of converted graphs (same kind, collection and split)."""
     kind = graphs[0].inp.kind
     rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
-    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
-    batches = (b for g in graphs for b in graph_table(g).to_batches())
+    ties = [tie_nodes(g.config_codes) if kind == "layout" else None for g in graphs]
+    _write_configs_shard(staging / rel_c, graphs, ties, row_group_bytes, compression_level)
+    batches = (b for g, tie in zip(graphs, ties, strict=True) for b in graph_table(g, tie).to_batches())
     graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
     meta = pq.ParquetFile(staging / rel_c).metadata
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
@@ -337,6 +428,6 @@ def shard_record(info: ShardInfo) -> dict:
 
 
 __all__ = [
-    "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "list_column",
-    "merge_parts", "plan_shards", "repeated_string", "shard_record", "write_parts",
+    "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "layout_rows_per_group", "list_column",
+    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts",
 ]

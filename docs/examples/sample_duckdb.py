@@ -1,0 +1,74 @@
+"""Sample k unique configs of one graph with DuckDB (no tpuprep needed): ``WHERE graph_id = ? AND
+config_id IN (...)``, which DuckDB checks against each row group's statistics, so only the row groups
+holding a sampled config are decompressed. The same rows and arrays as ``tpuprep``'s
+``Dataset.sample_configs(graph_id, k, seed)``.
+
+Usage: python sample_duckdb.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
+"""
+
+import sys
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+CONFIGS_SQL = {
+    "layout": "SELECT config_id, runtime, codes FROM read_parquet(?) WHERE graph_id = ? AND config_id IN ({rows}) "
+              "ORDER BY config_id",
+    "tile": "SELECT config_id, runtime, normalizer, flatten(list(config_feat)) AS config_feat FROM read_parquet(?) "
+            "WHERE graph_id = ? AND config_id IN ({rows}) GROUP BY ALL ORDER BY config_id",
+}
+
+
+def decode_base7(codes: np.ndarray) -> np.ndarray:
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
+    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
+    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+
+
+@cache
+def connection() -> duckdb.DuckDBPyConnection:
+    """One connection per process, caching the Parquet footers it has read (sampling reads them again)."""
+    con = duckdb.connect()
+    con.execute("SET parquet_metadata_cache = true")
+    return con
+
+
+def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    collection = graph_id.rsplit(":", 1)[0]
+    kind, folder = collection.split(":")[0], Path(shards, *collection.split(":"))
+    con = connection()
+    tie = ", config_node_tie" if kind == "layout" else ""
+    graph = con.execute(f"SELECT num_unique_configs{tie} FROM read_parquet(?) WHERE graph_id = ?",
+                        [str(folder / "graphs" / "*.parquet"), graph_id]).fetchall()
+    if len(graph) != 1:
+        raise KeyError(f"no graph {graph_id!r} under {folder}")
+    unique = graph[0][0]
+    rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
+    in_list = ", ".join(str(int(r)) for r in rows) or "NULL"  # integers only: safe to inline
+    got = con.execute(CONFIGS_SQL[kind].format(rows=in_list),
+                      [str(folder / "configs" / "*.parquet"), graph_id]).fetchnumpy()
+    order = np.searchsorted(got["config_id"], rows)  # back to the order drawn
+    out = {"rows": rows}
+    runtime = got["runtime"][order]
+    if not np.ma.is_masked(runtime):  # null on the test split
+        out["config_runtime"] = np.asarray(runtime, np.int64)
+    if kind == "layout":  # nt*3 little-endian int32 per config (tied nodes share one column)
+        stored = np.frombuffer(b"".join(got["codes"][order]), "<i4").reshape(len(rows), -1, 3)
+        out["node_config_feat"] = decode_base7(stored[:, np.asarray(graph[0][1], np.int64)])
+    else:
+        feats = [np.asarray(f, np.float32) for f in got["config_feat"][order]]
+        out["config_feat"] = np.stack(feats) if feats else np.zeros((0, 24), np.float32)
+        normalizer = got["normalizer"][order]
+        if not np.ma.is_masked(normalizer):
+            out["config_runtime_normalizers"] = np.asarray(normalizer, np.int64)
+    return out
+
+
+if __name__ == "__main__":
+    shards, graph_id, out = sys.argv[1:4]
+    k, seed = (int(a) for a in (sys.argv[4:6] + ["64", "0"][len(sys.argv[4:6]):]))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, array in sample_configs(shards, graph_id, k, seed).items():
+        np.save(Path(out, f"{name}.npy"), array)

@@ -1,0 +1,56 @@
+"""Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
+``graph_id`` and ``config_id.is_in(rows)``, which polars checks against each row group's statistics, so
+only the row groups holding a sampled config are decompressed. The same rows and arrays as
+``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
+
+Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+
+def decode_base7(codes: np.ndarray) -> np.ndarray:
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
+    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
+    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+
+
+def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    folder = Path(shards, *graph_id.rsplit(":", 1)[0].split(":"))  # layout/xla/random, tile/xla, ...
+    graph = (pl.scan_parquet(folder / "graphs" / "*.parquet").filter(pl.col("graph_id") == graph_id)
+             .select(pl.col("^(num_unique_configs|num_config_columns|config_node_tie)$")).collect())
+    if graph.height != 1:
+        raise KeyError(f"no graph {graph_id!r} under {folder}")
+    unique = graph["num_unique_configs"].item()
+    rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
+    configs = (pl.scan_parquet(folder / "configs" / "*.parquet")
+               .filter((pl.col("graph_id") == graph_id) & pl.col("config_id").is_in(rows.tolist()))
+               .collect())
+    order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
+    configs = configs[order.tolist()]  # back to the order drawn
+    out = {"rows": rows}
+    if configs["runtime"].null_count() == 0:  # null on the test split
+        out["config_runtime"] = configs["runtime"].to_numpy()
+    if "codes" in configs.columns:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
+        width = 3 * graph["num_config_columns"].item()
+        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, width), endianness="little")
+        stored = codes.arr.explode().to_numpy().reshape(len(rows), -1, 3)
+        tie = graph["config_node_tie"].explode().to_numpy()
+        out["node_config_feat"] = decode_base7(stored[:, tie])
+    else:
+        out["config_feat"] = configs["config_feat"].arr.explode().to_numpy().reshape(-1, 24)
+        if configs["normalizer"].null_count() == 0:
+            out["config_runtime_normalizers"] = configs["normalizer"].to_numpy()
+    return out
+
+
+if __name__ == "__main__":
+    shards, graph_id, out = sys.argv[1:4]
+    k, seed = (int(a) for a in (sys.argv[4:6] + ["64", "0"][len(sys.argv[4:6]):]))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, array in sample_configs(shards, graph_id, k, seed).items():
+        np.save(Path(out, f"{name}.npy"), array)

@@ -1,0 +1,97 @@
+"""Sample k unique configs of one graph with pyarrow, reading only the row groups that hold them (no
+tpuprep needed; the same rows and arrays as ``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``).
+
+Usage: python sample_pyarrow.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy (rows, config_runtime,
+node_config_feat | config_feat, config_runtime_normalizers).
+"""
+
+import sys
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+COLUMNS = ["graph_id", "config_id", "runtime", "normalizer", "config_feat", "codes"]
+
+
+def decode_base7(codes: np.ndarray) -> np.ndarray:
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
+    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
+    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+
+
+def admits(stats: pq.Statistics | None, low, high) -> bool:
+    """A row group's min/max statistics overlap [low, high] (no statistics: it may)."""
+    return stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low)
+
+
+@cache
+def parquet_file(path: Path) -> pq.ParquetFile:
+    """An open shard, its footer parsed once per process (sampling reads the same files again and again)."""
+    return pq.ParquetFile(path)
+
+
+def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, columns: list[str]) -> pa.Table:
+    """The rows of ``graph_id`` (and, if given, config_id in ``rows``) from the row groups whose graph_id
+    and config_id statistics admit them: only those row groups are decompressed."""
+    pieces = []
+    for path in files:
+        pf = parquet_file(path)
+        names = pf.schema_arrow.names
+        wanted = [c for c in columns if c in names]
+        groups = []
+        for rg in range(pf.metadata.num_row_groups):
+            meta = pf.metadata.row_group(rg)
+            if not admits(meta.column(names.index("graph_id")).statistics, graph_id, graph_id):
+                continue
+            if rows is not None and "config_id" in names:
+                stats = meta.column(names.index("config_id")).statistics
+                if stats is not None and stats.has_min_max:  # a sampled row inside [min, max]?
+                    inside = np.searchsorted(rows, stats.max, "right") - np.searchsorted(rows, stats.min, "left")
+                    if inside == 0:
+                        continue
+            groups.append(rg)
+        if groups:
+            table = pf.read_row_groups(groups, columns=wanted, use_threads=False)  # a few small row groups
+            keep = pc.equal(table["graph_id"], graph_id)
+            if rows is not None:
+                keep = pc.and_(keep, pc.is_in(table["config_id"], pa.array(rows, pa.int32())))
+            pieces.append(table.filter(keep))
+    return pa.concat_tables(pieces) if pieces else None
+
+
+def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    folder = Path(shards, *graph_id.rsplit(":", 1)[0].split(":"))  # layout/xla/random, tile/xla, ...
+    graph = read_matching(sorted((folder / "graphs").glob("*.parquet")), graph_id, None,
+                          ["graph_id", "num_unique_configs", "config_node_tie"])
+    if graph is None or graph.num_rows != 1:
+        raise KeyError(f"no graph {graph_id!r} under {folder}")
+    unique = graph["num_unique_configs"][0].as_py()
+    rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
+    configs = read_matching(sorted((folder / "configs").glob("*.parquet")), graph_id, np.sort(rows), COLUMNS)
+    order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # back to the order drawn
+    configs = configs.sort_by("config_id").take(pa.array(order))
+    out = {"rows": rows}
+    if configs["runtime"].null_count == 0:  # null on the test split
+        out["config_runtime"] = configs["runtime"].to_numpy()
+    if "codes" in configs.column_names:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
+        data = b"".join(v.as_py() for v in configs["codes"]) if len(rows) else b""
+        stored = np.frombuffer(data, "<i4").reshape(len(rows), -1, 3)
+        tie = graph["config_node_tie"].combine_chunks().flatten().to_numpy()
+        out["node_config_feat"] = decode_base7(stored[:, tie])
+    else:
+        out["config_feat"] = configs["config_feat"].combine_chunks().flatten().to_numpy().reshape(-1, 24)
+        if configs["normalizer"].null_count == 0:
+            out["config_runtime_normalizers"] = configs["normalizer"].to_numpy()
+    return out
+
+
+if __name__ == "__main__":
+    shards, graph_id, out = sys.argv[1:4]
+    k, seed = (int(a) for a in (sys.argv[4:6] + ["64", "0"][len(sys.argv[4:6]):]))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, array in sample_configs(shards, graph_id, k, seed).items():
+        np.save(Path(out, f"{name}.npy"), array)
