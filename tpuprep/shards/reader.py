@@ -499,7 +499,7 @@ class Dataset:
             record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
                                                  else _flat(configs.column("normalizer")))
-        return record
+        return _read_only(record)
 
     @staticmethod
     def _structure(graph_id: str, collection: str, split: str, g: pa.Table, row: int,
