@@ -228,6 +228,15 @@ def _as_int(f: NpzFile, key: str, arr: np.ndarray, lo: int, hi: int, dtype) -> n
     return arr.astype(dtype, copy=False)
 
 
+def _count(f: NpzFile, key: str, count: int, limit: int, what: str, empty: str) -> int:
+    """``count`` (rows of ``key``) if it is neither 0 (``empty``: the problem) nor above ``limit``."""
+    if count == 0:
+        raise BadInput(f.path, key, empty)
+    if count > limit:
+        raise BadInput(f.path, key, f"{count} {what} is implausibly many")
+    return count
+
+
 def _finite(f: NpzFile, key: str, arr: np.ndarray) -> np.ndarray:
     if not np.isfinite(arr).all():
         idx = np.argwhere(~np.isfinite(arr))[0]
@@ -249,11 +258,7 @@ def read_graph(f: NpzFile, inp: InputFile) -> GraphArrays:
     nf = _check_kind(f, "node_feat", "f", "floating point")
     if len(nf.shape) != 2 or nf.shape[1] != NODE_FEATURES:
         raise BadInput(f.path, "node_feat", f"shape {nf.shape}, expected (n, {NODE_FEATURES})")
-    n = nf.shape[0]
-    if n == 0:
-        raise BadInput(f.path, "node_feat", "the graph has no nodes")
-    if n > MAX_NODES:
-        raise BadInput(f.path, "node_feat", f"{n} nodes is implausibly many")
+    n = _count(f, "node_feat", nf.shape[0], MAX_NODES, "nodes", "the graph has no nodes")
     op = _check_kind(f, "node_opcode", "iu", "an integer type")
     if op.shape != (n,):
         raise BadInput(f.path, "node_opcode", f"shape {op.shape}, expected ({n},) to match node_feat")
@@ -265,11 +270,7 @@ def read_graph(f: NpzFile, inp: InputFile) -> GraphArrays:
     rt = _check_kind(f, "config_runtime", "iu", "an integer type (runtimes are int64 ns)")
     if len(rt.shape) != 1:
         raise BadInput(f.path, "config_runtime", f"shape {rt.shape}, expected (c,)")
-    c = rt.shape[0]
-    if c == 0:
-        raise BadInput(f.path, "config_runtime", "the file has no configurations")
-    if c > MAX_CONFIGS:
-        raise BadInput(f.path, "config_runtime", f"{c} configurations is implausibly many")
+    c = _count(f, "config_runtime", rt.shape[0], MAX_CONFIGS, "configurations", "the file has no configurations")
 
     node_feat = _finite(f, "node_feat", _read_small(f, "node_feat").astype(np.float32, copy=False))
     node_opcode = _as_int(f, "node_opcode", _read_small(f, "node_opcode"), 0, 255, np.uint8)

@@ -24,6 +24,11 @@ from ..errors import FatalError
 from .common import LazyChoice
 from .group import main
 
+threads_option = click.option(
+    "--threads", default=1, show_default=True, type=click.IntRange(min=0),
+    help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+"""The ``--threads`` option of every command that runs the model."""
+
 
 class Failed(click.ClickException):
     """A refusal shown as one line, ``error: ...``, exit 1 (like the main CLI's fatal errors)."""
@@ -104,8 +109,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Report a quick validation score after every epoch.")
 @click.option("--cache-graphs", default=None, type=click.IntRange(min=1),
               help="Keep at most N graphs decoded in memory (default: all).")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
-              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+@threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, batch_configs: int,
               lr: float, hidden: int, layers: int, derived: bool, loss: str, batches_per_graph: int,
@@ -138,8 +142,7 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
               help="Evaluate only the first N graphs of each collection.")
 @click.option("--max-configs", default=None, type=click.IntRange(min=2),
               help="Layout: score a seeded sample of N unique configs (and their duplicates) per graph.")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
-              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+@threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No per-graph progress on stderr.")
 def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | None,
                  out_dir: str | None, baseline: bool, max_graphs: int | None,
@@ -175,8 +178,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
 @click.option("--check-only", is_flag=True,
               help="Do not predict: validate the existing --out CSV (against --shards if given, "
                    "else against the Kaggle test set's shape).")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=0),
-              help="BLAS threads (1 is fastest for this small model; 0 = leave BLAS as configured).")
+@threads_option
 def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...], check: bool,
                 kaggle: bool, check_only: bool, threads: int) -> None:
     """Write a Kaggle submission CSV (ID,TopConfigs) over ORIGINAL config indices."""

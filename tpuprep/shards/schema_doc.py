@@ -39,14 +39,19 @@ _DUCKDB = {"string": "VARCHAR", "binary": "BLOB", "bool": "BOOLEAN", "int8": "TI
 _HF = {"bool": "bool"}  # HF Value names equal the schema's primitive names otherwise
 
 
+def _render(text: str, fixed, listed, primitive) -> str:
+    """A schema type string rendered for one stack, from the innermost type outwards: ``fixed(inner,
+    size)`` for ``fixed_size_list<T, n>``, ``listed(inner)`` for ``list<T>``, ``primitive(name)``."""
+    kind, inner, size = split_type(text)
+    if kind == "primitive":
+        return primitive(inner)
+    rendered = _render(inner, fixed, listed, primitive)
+    return fixed(rendered, size) if kind == "fixed" else listed(rendered)
+
+
 def polars_type(text: str) -> str:
     """The polars dtype (its ``str()``) of a schema type string, e.g. ``List(Array(Int32, shape=(3,)))``."""
-    kind, inner, size = split_type(text)
-    if kind == "fixed":
-        return f"Array({polars_type(inner)}, shape=({size},))"
-    if kind == "list":
-        return f"List({polars_type(inner)})"
-    return _POLARS[inner]
+    return _render(text, lambda t, n: f"Array({t}, shape=({n},))", lambda t: f"List({t})", _POLARS.__getitem__)
 
 
 def duckdb_type(text: str) -> str:
@@ -55,20 +60,13 @@ def duckdb_type(text: str) -> str:
     Parquet has no fixed-size list type and DuckDB does not read the Arrow schema stored in the file,
     so a ``fixed_size_list<T, n>`` is a plain ``T[]`` there (polars and pyarrow restore the fixed size).
     """
-    kind, inner, _size = split_type(text)
-    if kind in ("fixed", "list"):
-        return f"{duckdb_type(inner)}[]"
-    return _DUCKDB[inner]
+    return _render(text, lambda t, _n: f"{t}[]", lambda t: f"{t}[]", _DUCKDB.__getitem__)
 
 
 def hf_type(text: str) -> str:
     """The HuggingFace ``datasets`` feature (its ``repr``) of a schema type string."""
-    kind, inner, size = split_type(text)
-    if kind == "fixed":
-        return f"List({hf_type(inner)}, length={size})"
-    if kind == "list":
-        return f"List({hf_type(inner)})"
-    return f"Value('{_HF.get(inner, inner)}')"
+    return _render(text, lambda t, n: f"List({t}, length={n})", lambda t: f"List({t})",
+                   lambda name: f"Value('{_HF.get(name, name)}')")
 
 
 def numpy_shape(text: str) -> str:
