@@ -25,6 +25,7 @@ worker at all for ``no_workers_timeout`` seconds, or that lost its scheduler, st
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -472,9 +473,7 @@ class DaskRunner:
 
         on_lost = self._on_lost.pop(fut.key, None)
         if fut.status == "cancelled":
-            raise ClusterError(f"lost the Dask scheduler at {self.address} (the build's tasks "
-                               f"were cancelled: {_cancel_reason(fut)}); finished files are kept: "
-                               "run again with --resume")
+            self._cancelled(fut)
         if fut.status == "error":
             exc = fut.exception()
             if isinstance(exc, KilledWorker) and on_lost is not None:
@@ -488,6 +487,14 @@ class DaskRunner:
             except OSError as exc:  # CommClosedError: the scheduler went away while sending it
                 raise ClusterError(f"lost the Dask scheduler at {self.address} ({_one_line(exc)}); "
                                    "finished files are kept: run again with --resume") from None
+            except (asyncio.CancelledError, concurrent.futures.CancelledError):
+                self._cancelled(fut)  # cancelled while we waited (the scheduler connection was lost)
+
+    def _cancelled(self, fut: Any) -> None:
+        """Raise the one-line ``ClusterError`` for a task Dask cancelled (it lost the scheduler)."""
+        raise ClusterError(f"lost the Dask scheduler at {self.address} (the build's tasks "
+                           f"were cancelled: {_cancel_reason(fut)}); finished files are kept: "
+                           "run again with --resume") from None
 
     def _check_cluster(self, unfinished: int) -> None:
         """Raise ``ClusterError`` if the scheduler is gone or has had no worker for too long."""
