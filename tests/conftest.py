@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from realdata import real_path
+from s3server import bucket, s3_endpoint, s3_env  # noqa: F401  (fixtures for the object-store tests)
 
 CI_EXAMPLES = 100
 settings.register_profile(

@@ -1,0 +1,132 @@
+"""The storage seam: one place that turns what the user typed (a folder, a file, a URL) into where
+tpuprep reads and writes.
+
+``resolve(target, storage_options)`` is called once per command for ``--src`` and once for ``--dst``
+(like pyarrow's ``filesystem=`` argument, resolved once and then passed along). A local path stays a
+local path: plain ``open``/``os`` calls, no fsspec layer, no slowdown. A URL (``s3://``, ``gs://``,
+``memory://``, …) gets an fsspec filesystem; ``file://`` is a local path.
+
+Endpoints and credentials come from each filesystem's standard sources (for S3 the ``AWS_*``
+environment variables, e.g. ``AWS_ENDPOINT_URL`` for MinIO, Ceph or moto) and from
+``storage_options`` (run files); they are never part of ``Store.display`` and so never logged or
+written to a manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import UsageError
+from .files import looks_like_url
+
+if TYPE_CHECKING:  # fsspec and pyarrow are imported only when a URL is used
+    import fsspec
+    import pyarrow.fs
+
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+"""URL scheme → the ``tpuprep[...]`` extra that installs its filesystem package."""
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+)://")
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where a tree of files lives.
+
+    ``fs`` is None for local storage (``root`` is then an absolute local path) and an fsspec filesystem
+    otherwise (``root`` is the path without the scheme, e.g. ``bucket/prefix``). ``display`` is the
+    location as shown to people: the URL without credentials.
+    """
+
+    root: str
+    display: str
+    fs: fsspec.AbstractFileSystem | None = field(default=None, compare=False)
+    protocol: str = "file"
+
+    @property
+    def is_local(self) -> bool:
+        return self.fs is None
+
+    def path(self, *parts: str) -> str:
+        """The store path of ``parts`` below the root (POSIX separators remotely)."""
+        if self.is_local:
+            return os.path.join(self.root, *parts)
+        return posixpath.join(self.root, *parts) if parts else self.root
+
+    def url(self, *parts: str) -> str:
+        """``path(*parts)`` as a URL a person or another process can resolve again (no credentials)."""
+        if self.is_local:
+            return self.path(*parts)
+        return f"{self.protocol}://{self.path(*parts)}"
+
+    def open(self, rel: str, mode: str = "rb", **kwargs: Any):
+        """Open the file ``rel`` below the root (``fs.open`` remotely, ``open`` locally)."""
+        if self.is_local:
+            return open(self.path(rel), mode, **kwargs)
+        return self.fs.open(self.path(rel), mode, **kwargs)
+
+    def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
+        """The same storage as a pyarrow filesystem (for ``pq.ParquetFile`` / ``pq.ParquetWriter``)."""
+        import pyarrow.fs as pafs
+
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+
+def scheme_of(target: str | os.PathLike) -> str | None:
+    """The URL scheme of ``target`` in lower case, or None for a local path."""
+    text = os.fspath(target)
+    if not looks_like_url(text):
+        return None
+    match = _SCHEME.match(text)
+    if match is None:  # "s3:/bucket": pathlib squeezed the double slash of a URL
+        return text.split(":", 1)[0].lower()
+    return match.group(1).lower()
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` part and query string removed (safe to print or record)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def filesystem_class(scheme: str, what: str) -> type:
+    """The fsspec filesystem class for ``scheme``, or a ``UsageError`` naming what to install."""
+    import fsspec
+
+    try:
+        return fsspec.get_filesystem_class(scheme)
+    except ImportError as exc:
+        extra = EXTRAS.get(scheme)
+        hint = (f"pip install 'tpuprep[{extra}]'" if extra
+                else f"install the fsspec implementation for {scheme}:// ({exc})")
+        raise UsageError(f"{what}: {scheme}:// needs a package that is not installed: {hint}") from None
+    except ValueError:
+        raise UsageError(f"{what}: unknown storage scheme {scheme}:// (use a local path, file://, "
+                         "s3://, gs:// or another fsspec protocol)") from None
+
+
+def resolve(target: str | os.PathLike, storage_options: dict | None = None, *,
+            what: str = "path") -> Store:
+    """The ``Store`` for a local path or URL. ``what`` names the argument in errors (``--dst``)."""
+    text = os.fspath(target)
+    scheme = scheme_of(text)
+    if scheme is None or scheme == "file":
+        local = urlsplit(text).path if scheme == "file" else text
+        return Store(root=str(Path(local).expanduser().absolute()), display=local)
+    if "://" not in text:
+        text = text.replace(":/", "://", 1)
+    cls = filesystem_class(scheme, what)
+    fs = cls(**(storage_options or {}))
+    root = cls._strip_protocol(text).rstrip("/")
+    return Store(root=root, display=without_credentials(text), fs=fs, protocol=scheme)
