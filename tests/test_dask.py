@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -405,6 +406,36 @@ def test_process_runner_delivers_task_errors_and_gives_up_after_bounded_restarts
         assert runner.restarts == 2
     finally:
         runner.close()
+
+
+def manager_threads() -> list:
+    """The live ``concurrent.futures`` pool manager threads of this process."""
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    return [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread) and t.is_alive()]
+
+
+def test_process_runner_close_leaves_no_pool_thread_behind():
+    """close() with tasks running, and pools retired after a worker died, leave no manager thread
+    alive: one alive at interpreter exit races concurrent.futures' exit hook, which then prints
+    'Exception ignored … Bad file descriptor' under the user's one error line (an interrupted build)."""
+    before = set(manager_threads())
+    retiring = ProcessRunner(1, max_restarts=1)
+    try:  # every attempt kills its worker: the first pool is retired, the second breaks too
+        with pytest.raises(WorkersLost):
+            list(retiring.as_completed([retiring.submit(os._exit, 3)]))
+    finally:
+        retiring.close()
+    busy = ProcessRunner(1)
+    try:
+        task = busy.submit(time.sleep, 30)
+        while not busy.worker_pids():
+            time.sleep(0.05)
+        time.sleep(1.0)  # the task is running
+        assert not task.done()
+    finally:
+        busy.close()  # kills the worker
+    assert set(manager_threads()) - before == set()
 
 
 def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):

@@ -154,6 +154,7 @@ class ProcessRunner:
         self._generation = 0
         self._closed = False
         self._inflight: set[cf.Future] = set()
+        self._retired: list[threading.Thread] = []  # manager threads of pools replaced after a death
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
@@ -180,6 +181,7 @@ class ProcessRunner:
                 f"(at most {self.max_restarts} restarts). The usual cause is a file that needs more "
                 "memory than a worker has: retry with fewer --workers, or with --workers 1 to see "
                 "which file it is; --resume keeps the files already converted.")
+        self._retired.extend(_manager_thread(self._pool))
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._generation += 1
         self._pool = self._new_pool()
@@ -228,6 +230,10 @@ class ProcessRunner:
         failed build) the workers are killed at once: nobody will collect their results."""
         self._closed = True
         pool = self._pool
+        # shutdown(wait=False) forgets the pool's manager thread: keep it to join below. A manager
+        # thread still running at interpreter exit races concurrent.futures' exit hook ("Exception
+        # ignored ... Bad file descriptor" printed under an interrupted build's one error line).
+        threads = self._retired + _manager_thread(pool)
         if any(not f.done() for f in list(self._inflight)):
             processes = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
@@ -236,4 +242,13 @@ class ProcessRunner:
             for p in processes:
                 p.join(5)
         pool.shutdown(wait=True, cancel_futures=True)
+        for thread in threads:
+            thread.join(10)
+        self._retired = [t for t in threads if t.is_alive()]
+
+
+def _manager_thread(pool: cf.ProcessPoolExecutor) -> list[threading.Thread]:
+    """The pool's ``concurrent.futures`` manager thread, if it started one (a list of 0 or 1)."""
+    thread = getattr(pool, "_executor_manager_thread", None)
+    return [thread] if thread is not None else []
 
