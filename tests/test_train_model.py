@@ -18,7 +18,7 @@ from tpuprep.train.features import (
     tile_config_features,
     tile_iteration_dims,
 )
-from tpuprep.train.kernels import config_embed_gather, config_embed_scatter
+from tpuprep.train.kernels import config_embed
 from tpuprep.train.losses import pairwise_loss
 from tpuprep.train.model import (
     ModelConfig,
@@ -182,13 +182,13 @@ def test_config_embedding_kernels():
     vals = rng.integers(-1, 6, (4, 3, 18)).astype(np.int8)
     table = rng.standard_normal((18, 7, 5))
     out = np.empty((4, 3, 5))
-    config_embed_gather(vals, table, out)
+    config_embed(vals, table, out, False)
     expect = table[np.arange(18)[None, None], vals.astype(np.int64) + 1].sum(axis=2)
     np.testing.assert_allclose(out, expect)
     gout = rng.standard_normal((4, 3, 5))
     gtab = np.zeros_like(table)
-    config_embed_scatter(vals, gout, gtab)
-    # adjoint identity: <gather(T), G> == <T, scatter(G)>
+    config_embed(vals, gtab, gout, True)
+    # adjoint identity: <embed(T), G> == <T, adjoint(G)>
     assert np.sum(out * gout) == pytest.approx(np.sum(table * gtab))
 
 

@@ -1,4 +1,4 @@
-"""Numba kernels of the NumPy model: batched sparse aggregation and layout-embedding gather/scatter.
+"""Numba kernels of the NumPy model: batched sparse aggregation and the layout embedding and its adjoint.
 
 Everything else in the model is dense BLAS matmuls through NumPy. The kernels loop in a fixed order, so
 results are bit-for-bit reproducible run to run.
@@ -31,37 +31,29 @@ def csr_spmm_batched(indptr, indices, weights, x, out):
 
 
 @kernel
-def config_embed_gather(values, table, out):
-    """out[b, j, :] = Σ_s table[s, values[b, j, s] + 1, :] — the 18-slot layout embedding.
+def config_embed(values, table, emb, adjoint):
+    """The 18-slot layout embedding (``adjoint`` False) and its adjoint, the gradient (True).
 
-    values (B, nc, 18) int8 in −1..5; table (18, 7, H) float; out (B, nc, H) float, overwritten.
+    values (B, nc, 18) int8 in −1..5; table (18, 7, H) float; emb (B, nc, H) float.
+    False: emb[b, j, :] = Σ_s table[s, values[b, j, s] + 1, :] (emb overwritten).
+    True: table[s, values[b, j, s] + 1, :] += emb[b, j, :] (emb is the output gradient; table, the
+    table's gradient, is accumulated in place).
     """
     nb, nc, ns = values.shape
     h = table.shape[2]
     for b in range(nb):
         for j in range(nc):
-            for q in range(h):
-                out[b, j, q] = 0.0
+            if not adjoint:
+                for q in range(h):
+                    emb[b, j, q] = 0.0
             for s in range(ns):
                 v = values[b, j, s] + 1
-                for q in range(h):
-                    out[b, j, q] += table[s, v, q]
-
-
-@kernel
-def config_embed_scatter(values, grad_out, grad_table):
-    """grad_table[s, values[b, j, s] + 1, :] += grad_out[b, j, :] (the adjoint of the gather).
-
-    values (B, nc, 18) int8; grad_out (B, nc, H); grad_table (18, 7, H), accumulated in place.
-    """
-    nb, nc, ns = values.shape
-    h = grad_out.shape[2]
-    for b in range(nb):
-        for j in range(nc):
-            for s in range(ns):
-                v = values[b, j, s] + 1
-                for q in range(h):
-                    grad_table[s, v, q] += grad_out[b, j, q]
+                if adjoint:
+                    for q in range(h):
+                        table[s, v, q] += emb[b, j, q]
+                else:
+                    for q in range(h):
+                        emb[b, j, q] += table[s, v, q]
 
 
 @kernel

@@ -47,7 +47,7 @@ from .features import (
     config_summary,
     derived_config_features,
 )
-from .kernels import config_embed_gather, config_embed_scatter, rows_scatter_add
+from .kernels import config_embed, rows_scatter_add
 
 Params = dict[str, np.ndarray]
 
@@ -220,7 +220,7 @@ def _layout_delta(params: Params, pg: PreparedGraph, st: StaticCache, values: np
     b = values.shape[0]
     r0 = pg.regions[0]
     cfg = np.empty((b, len(r0), params["e_cfg"].shape[2]), dt)
-    config_embed_gather(np.ascontiguousarray(values, dtype=np.int8), params["e_cfg"], cfg)
+    config_embed(np.ascontiguousarray(values, dtype=np.int8), params["e_cfg"], cfg, False)
     if derived is not None:
         cfg += _mm(derived, params["w_d"])
     p0 = st.pre[r0][None] + cfg
@@ -355,8 +355,7 @@ def _backward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, cc: Chun
         gd = gprev
     r0 = pg.regions[0]
     dp0 = gd * cc.dgelu_p0
-    config_embed_scatter(np.ascontiguousarray(cc.batch, dtype=np.int8), np.ascontiguousarray(dp0),
-                         g["e_cfg"])
+    config_embed(np.ascontiguousarray(cc.batch, dtype=np.int8), g["e_cfg"], np.ascontiguousarray(dp0), True)
     if cc.derived is not None:
         g["w_d"] += cc.derived.reshape(-1, N_DERIVED).T @ dp0.reshape(-1, dp0.shape[2])
     extra_dpre[r0] += dp0.sum(axis=0) - gd.sum(axis=0) * gelu_grad(st.pre[r0])
