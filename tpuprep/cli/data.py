@@ -22,17 +22,36 @@ from .common import (
 from .group import main
 
 
+def _recount(dst: Path, manifest: dict) -> dict:
+    """``manifest`` with each collection's ``splits`` and ``totals`` recounted from the shards
+    (``Dataset.counts``: one polars scan per collection) instead of read from the manifest."""
+    from .. import open_dataset
+
+    ds = open_dataset(dst)
+    collections = {}
+    for cid, coll in manifest["collections"].items():
+        splits = ds.counts(cid)
+        totals = {k: sum(s[k] for s in splits.values()) for k in coll["totals"]}
+        collections[cid] = coll | {"splits": splits, "totals": totals}
+    return manifest | {"collections": collections}
+
+
 @main.command()
 @click.argument("dst", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True,
               help="Print the manifest without its inputs as one JSON document (docs/cli.md).")
-def info(dst, as_json) -> None:
+@click.option("--from-shards", is_flag=True,
+              help="Recount the per-collection and per-split table from the shards (a polars scan) "
+                   "instead of reading the manifest's counts; slower (docs/cli.md).")
+def info(dst, as_json, from_shards) -> None:
     """Describe a shard folder."""
     from ..shards.manifest import read_manifest
 
     if as_json:
         json_errors()
     m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
+    if from_shards:
+        m = _recount(dst, m)
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
         return
