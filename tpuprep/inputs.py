@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -220,23 +220,15 @@ def discover(
         return _discover_assigned(src, root, collection, split)
     wanted = list(collections or [])
     split_set = set(splits or SPLITS)
-    found: list[InputFile] = []
-    refused: list[BadInput] = []
-    for entry in _walk_npz(root):
-        if isinstance(entry, BadInput):
-            refused.append(entry)
-            continue
-        path, size, _top = entry
+
+    def place(path: Path, _top: bool) -> Place | BadInput | None:
         try:
             kind, coll, sp, relpath = classify(path.parts)
         except ValueError as exc:
-            refused.append(Unplaced(path, None, f"cannot tell its collection and split: {exc}"))
-            continue
-        if not selected(coll, wanted) or sp not in split_set:
-            continue
-        made = _input_file(path, size, kind, coll, sp, relpath)
-        (refused if isinstance(made, BadInput) else found).append(made)
-    return _unique(found, refused), refused
+            return Unplaced(path, None, f"cannot tell its collection and split: {exc}")
+        return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
+
+    return _collect(root, place)
 
 
 def _discover_assigned(src: str | Path, root: Path, collection: str, split: str
@@ -248,7 +240,25 @@ def _discover_assigned(src: str | Path, root: Path, collection: str, split: str
         raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {inp.path.name} already says "
                          f"{inp.collection} {inp.split}; drop --collection/--split (they are for a file or "
                          "folder outside a tree)")
-    kind = collection_kind(collection)
+    kind, folder = collection_kind(collection), f"{collection_path(collection)}/{split}"
+
+    def place(path: Path, top: bool) -> Place | BadInput:
+        if not top:
+            return BadInput(path, None, "lies in a subfolder of --src; with --collection/--split only the "
+                            ".npz files directly in --src are read")
+        return kind, collection, split, f"{folder}/{path.name}"
+
+    return _collect(root, place)
+
+
+Place = tuple[str, str, str, str]
+"""(kind, collection, split, canonical relpath) of an input file."""
+
+
+def _collect(root: Path, place: Callable[[Path, bool], Place | BadInput | None]
+             ) -> tuple[list[InputFile], list[BadInput]]:
+    """The inputs at or under ``root`` (sorted, unique graph ids) and the refusals: ``place(path, top)``
+    says where each regular ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None)."""
     found: list[InputFile] = []
     refused: list[BadInput] = []
     for entry in _walk_npz(root):
@@ -256,12 +266,10 @@ def _discover_assigned(src: str | Path, root: Path, collection: str, split: str
             refused.append(entry)
             continue
         path, size, top = entry
-        if not top:
-            refused.append(BadInput(path, None, "lies in a subfolder of --src; with --collection/--split "
-                                    "only the .npz files directly in --src are read"))
+        where = place(path, top)
+        if where is None:
             continue
-        relpath = f"{collection_path(collection)}/{split}/{path.name}"
-        made = _input_file(path, size, kind, collection, split, relpath)
+        made = where if isinstance(where, BadInput) else _input_file(path, size, *where)
         (refused if isinstance(made, BadInput) else found).append(made)
     return _unique(found, refused), refused
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_FATAL, comma_list, summary_table
+from .common import EXIT_FATAL, comma_list, format_table, summary_table
 from .group import main
 
 
@@ -68,15 +68,13 @@ def plan_table(profile: str, seed: int, fraction: float, collections: list[str] 
          f"{sum(p.configs for p in g) / len(g):,.0f}", f"{max(p.config_nodes for p in g):,}",
          _gb(sum(p.config_feat_bytes for p in g)))
         for (c, s), g in sorted(groups.items())]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-             for r in rows]
     train_valid = sum(p.config_feat_bytes for p in planned if p.spec.split != "test")
     target = (f" (calibrated to ≈ {_gb(FULL_TARGETS['config_feat_train_valid_bytes'])}, TPUGRAPHS.md §1)"
               if profile == "full" and fraction == 1.0 and not collections else "")
     tiles = sum(1 for s in file_plan(profile, seed, fraction)
                 if s.collection == "tile:xla" and selected(s.collection, collections))
-    return "\n".join([f"profile {profile}, seed {seed}, fraction {fraction:g}: nothing written", *lines,
+    return "\n".join([f"profile {profile}, seed {seed}, fraction {fraction:g}: nothing written",
+                      format_table(rows, rule=True),
                       f"node_config_feat, train + valid: {_gb(train_valid)}{target}; all splits: "
                       f"{_gb(sum(p.config_feat_bytes for p in planned))}",
                       f"{len(planned):,} layout files and {tiles:,} tile files"])
