@@ -89,22 +89,13 @@ def corpus_stats(npz_root: Path) -> dict[str, dict]:
 
 def planned_config_bytes(profile: str, seed: int, fraction: float) -> tuple[int, int]:
     """(this fraction's, the whole profile's) node_config_feat bytes (c × nc × 18 × 4) from the file
-    plan, without writing a file (builds every layout graph of the profile: ~70 s for ``full``)."""
-    from tpuprep.synth import file_plan, layout_config_count, layout_graph_for
+    plan (``synth.layout_size_plan``), without writing a file (~25 s for ``full``)."""
+    from tpuprep.synth import file_plan, layout_size_plan
 
     kept = {s.relpath for s in file_plan(profile, seed, fraction)}
-    graphs: dict[tuple, int] = {}
-    part = whole = 0
-    for spec in file_plan(profile, seed):
-        if spec.collection == "tile:xla":
-            continue
-        key = (spec.collection.split(":")[1], spec.split, spec.index)  # default and random share it
-        if key not in graphs:
-            graphs[key] = len(layout_graph_for(spec, profile, seed)[1].node_config_ids)
-        size = layout_config_count(spec, profile, seed) * graphs[key] * 18 * 4
-        whole += size
-        part += size if spec.relpath in kept else 0
-    return part, whole
+    planned = layout_size_plan(profile, seed)
+    whole = sum(p.config_feat_bytes for p in planned)
+    return sum(p.config_feat_bytes for p in planned if p.spec.relpath in kept), whole
 
 
 def du_bytes(path: Path) -> int:

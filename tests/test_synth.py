@@ -639,3 +639,65 @@ def test_cli_fraction_and_resume(tmp_path: Path) -> None:
     for bad in ("0", "1.5"):
         wrong = CliRunner().invoke(main, [*args[:-1], bad])
         assert wrong.exit_code == 2 and "--fraction" in wrong.output
+
+
+# ------------------------------------------------------------------- the full profile's size plan (#16)
+
+
+@pytest.fixture(scope="module")
+def full_plan() -> list[synth.PlannedFile]:
+    return synth.layout_size_plan("full", 0)  # ~25 s: every layout program of full is built, none written
+
+
+def _train_valid(plan: list[synth.PlannedFile], collection: str | None = None) -> list[synth.PlannedFile]:
+    return [p for p in plan if p.spec.split != "test" and collection in (None, p.spec.collection)]
+
+
+def test_full_plan_matches_the_published_totals(full_plan) -> None:
+    """TPUGRAPHS.md §1: train + valid node_config_feat ≈ 400 GB inflated (tolerance ±5 %); the TGraph
+    paper: mean c over 11,000 (layout:xla:random) and over 66,000 (layout:nlp:random) (tolerance: at
+    most 10 % over); several graphs at c = 100,040 in every layout collection."""
+    targets = synth.FULL_TARGETS
+    total = sum(p.config_feat_bytes for p in _train_valid(full_plan))
+    assert abs(total / targets["config_feat_train_valid_bytes"] - 1) <= 0.05, total / 1e9
+    for collection, mean_c in targets["mean_configs"].items():
+        files = _train_valid(full_plan, collection)
+        got = sum(p.configs for p in files) / len(files)
+        assert mean_c <= got <= 1.1 * mean_c, (collection, got)
+    for collection in synth.COLLECTIONS[1:]:
+        pinned = [p for p in _train_valid(full_plan, collection) if p.configs == synth.MAX_CONFIGS]
+        assert len(pinned) >= targets["max_config_files"], collection
+    assert sorted({p.configs for p in full_plan if p.spec.split == "test"}) == [1000, 1001]
+    assert len(full_plan) == 639 and all(p.config_nodes > 0 for p in full_plan)
+
+
+def test_size_plan_is_what_synthesize_writes(tiny) -> None:
+    root, _, _ = tiny
+    plan = synth.layout_size_plan("tiny", 0)
+    assert len(plan) == 16
+    for p in plan:
+        with zipfile.ZipFile(root / p.spec.relpath) as zf, zf.open("node_config_feat.npy") as fh:
+            np.lib.format.read_magic(fh)
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+        assert shape == (p.configs, p.config_nodes, 18) and dtype == np.float32, p.spec.relpath
+        assert p.config_feat_bytes == int(np.prod(shape)) * 4
+
+
+def test_synth_dry_run_prints_the_plan_totals_and_writes_nothing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from tpuprep.cli import main
+
+    dst = tmp_path / "never"
+    r = CliRunner().invoke(main, ["synth", "--dst", str(dst), "--profile", "tiny", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert not dst.exists()
+    plan = synth.layout_size_plan("tiny", 0)
+    train_valid = sum(p.config_feat_bytes for p in plan if p.spec.split != "test")
+    assert f"node_config_feat, train + valid: {train_valid / 1e6:,.2f} MB" in r.output
+    assert "16 layout files and 7 tile files" in r.output
+    rows = [line.split() for line in r.output.splitlines() if line.split()[:2] == ["layout:xla:random", "train"]]
+    xr = [p for p in plan if (p.spec.collection, p.spec.split) == ("layout:xla:random", "train")]
+    assert rows == [["layout:xla:random", "train", "2", "0", f"{sum(p.configs for p in xr) / 2:,.0f}",
+                     str(max(p.config_nodes for p in xr)), f"{sum(p.config_feat_bytes for p in xr) / 1e6:,.2f}",
+                     "MB"]]

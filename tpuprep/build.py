@@ -25,7 +25,15 @@ from pathlib import Path
 from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
-from .inputs import InputFile, check_selection, discover, inventory, open_input
+from .inputs import (
+    InputFile,
+    Unplaced,
+    check_assignment,
+    check_selection,
+    discover,
+    inventory,
+    open_input,
+)
 from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
 from .options import BuildOptions
 from .shards import destination
@@ -222,8 +230,9 @@ def _overlap(a: Path, b: Path) -> bool:
 
 
 def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
-    """Resolve ``src`` and ``dst`` (following links) and refuse URLs, a missing ``src`` and any overlap
-    of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
+    """Resolve ``src`` and ``dst`` (following links) and refuse URLs, a missing ``src``, a ``src`` that
+    is neither a folder nor an ``.npz`` file, and any overlap of the two: a build never writes into, or
+    deletes from, its own input. Raises UsageError."""
     for flag, value in (("--src", src), ("--dst", dst)):
         if not str(value):
             raise UsageError(f"{flag} must not be empty")
@@ -231,16 +240,21 @@ def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
             raise UsageError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
                              "give a local folder")
     src_path, dst_path = Path(src).resolve(), Path(dst).resolve()
-    if not src_path.is_dir():
-        raise UsageError(f"--src {src} " + ("is not a folder" if src_path.exists() else "does not exist"))
+    if not src_path.exists():
+        raise UsageError(f"--src {src} does not exist")
+    if not src_path.is_dir() and not (src_path.is_file() and src_path.name.endswith(".npz")):
+        raise UsageError(f"--src {src} is neither a folder nor an .npz file")
     if _overlap(src_path, dst_path):
         raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
     return src_path, dst_path
 
 
-def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | None, refused: list) -> None:
-    """Nothing was selected: name the filter and what exists, or say there is nothing at all."""
+def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | None, refused: list,
+               assigned: bool = False) -> None:
+    """Nothing was selected: name the filter and what exists, say that files outside a TpuGraphs tree
+    need --collection/--split, or say there is nothing at all. Returns only when something was refused
+    (a symbolic link, a FIFO ...): the build then records it in the quarantine list and exits 3."""
     if collections or splits:
         everything, _ = discover(src)
         if everything:
@@ -248,6 +262,15 @@ def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | Non
                                                                        ("splits", splits)) if v)
             raise UsageError(f"{named} matches none of the {len(everything)} .npz files under {src}; "
                              f"it holds {inventory(everything)}")
+    unplaced = [r for r in refused if isinstance(r, Unplaced)]
+    if unplaced:
+        what = "it is not" if src.is_file() else f"none of its {len(unplaced)} .npz files is"
+        raise UsageError(f"--src {src}: {what} in a TpuGraphs tree (.../tile/xla/<split>/ or "
+                         ".../layout/<xla|nlp>/<default|random>/<split>/), so its collection and split are "
+                         "unknown: say them with --collection and --split (e.g. --collection "
+                         "layout:xla:random --split train)")
+    if assigned and not refused:
+        raise UsageError(f"no .npz files directly in --src {src}")
     if not refused:
         raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
                          ".../layout/<xla|nlp>/<default|random>/<split>/)")
@@ -329,7 +352,7 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path) -> dict
 def _refused_record(exc: BadInput, src: Path) -> dict:
     path = Path(exc.path) if exc.path else src
     try:
-        rel = path.relative_to(src).as_posix()
+        rel = path.relative_to(src if src.is_dir() else src.parent).as_posix()
     except ValueError:
         rel = str(path)
     size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
@@ -344,6 +367,8 @@ def build(
     *,
     collections: list[str] | None = None,
     splits: list[str] | None = None,
+    collection: str | None = None,
+    split: str | None = None,
     runner=None,
     resume: bool = False,
     overwrite: bool = False,
@@ -352,17 +377,26 @@ def build(
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
+    ``src`` is a TpuGraphs tree (or a collection or split folder of one, or one file in it), where each
+    file's path says its collection and split, optionally filtered by ``collections``/``splits``; or a
+    plain ``.npz`` file or flat folder of them, all of which are ``collection``/``split`` (both given,
+    never with the filters; see ``inputs.discover``).
+
     Raises UsageError, before touching anything, for a URL, overlapping ``src``/``dst``, an unknown
-    collection or split, a selection that matches no file, or a ``dst`` it may not write (see
+    collection or split, a selection that matches no file, files outside a tree without
+    ``collection``/``split`` (or a tree with them), or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
     """
     opts = opts or BuildOptions()
     src, dst = check_paths(src, dst)
     check_selection(collections, splits)
+    check_assignment(collection, split, collections, splits)
     notify = progress or (lambda event, info: None)
-    inputs, refused = discover(src, collections, splits)
+    inputs, refused = discover(src, collections, splits, collection=collection, split=split)
     if not inputs:
-        _no_inputs(src, collections, splits, refused)
+        _no_inputs(src, collections, splits, refused, assigned=collection is not None)
+    if collection is not None and split is not None:
+        collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]
     inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:

@@ -2,7 +2,8 @@
 
 The collection and split of a file come from its path: ``.../tile/xla/<split>/<stem>.npz`` or
 ``.../layout/<xla|nlp>/<default|random>/<split>/<stem>.npz``. ``--src`` may point at ``npz/``,
-``npz_all/npz``, a collection folder or a split folder. Large ``node_config_feat`` members are not
+``npz_all/npz``, a collection folder, a split folder or one file; a file or flat folder outside such a
+tree is built with ``--collection``/``--split`` saying what its files are. Large ``node_config_feat`` members are not
 read here: ``NpzFile.iter_rows`` streams them.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -28,6 +29,8 @@ from .tpugraphs import (
     TILE_CONFIG_FEATURES,
     TILE_KEYS,
     classify,
+    collection_kind,
+    collection_path,
     graph_id_of,
     is_safe_stem,
     selected,
@@ -111,26 +114,46 @@ def open_input(path: Path) -> tuple[BinaryIO, os.stat_result]:
         raise
 
 
-def discover(
-    src: str | Path,
-    collections: Iterable[str] | None = None,
-    splits: Iterable[str] | None = None,
-) -> tuple[list[InputFile], list[BadInput]]:
-    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
-    and other non-regular files, bad names, unknown places, graph-id clashes). Symbolic links are never
-    followed and nothing is opened: each entry is only ``lstat``-ed."""
-    root = Path(src).resolve()
+class Unplaced(BadInput):
+    """A ``*.npz`` file whose path does not say its collection and split (it lies outside a TpuGraphs
+    tree); ``--collection``/``--split`` can say them instead."""
+
+
+def check_assignment(collection: str | None, split: str | None, collections: Iterable[str] | None = None,
+                     splits: Iterable[str] | None = None) -> None:
+    """Raise UsageError unless ``--collection`` and ``--split`` are both given or both omitted, name one
+    collection id exactly (``layout:xla:random``, not a prefix) and one split, and come without the
+    ``--collections``/``--splits`` filters (which select from a tree; an assignment has nothing to select)."""
+    if collection is None and split is None:
+        return
+    if collection is None or split is None:
+        given, missing = ("--collection", "--split") if split is None else ("--split", "--collection")
+        raise UsageError(f"{given} needs {missing} too: together they say what the files under a --src "
+                         "outside a TpuGraphs tree are")
+    if collection not in COLLECTIONS:
+        raise UsageError(f"--collection {collection!r} is not a collection id ({', '.join(COLLECTIONS)})")
+    if split not in SPLITS:
+        raise UsageError(f"--split {split!r} is not a split ({', '.join(SPLITS)})")
+    for flag, value in (("--collections", collections), ("--splits", splits)):
+        if value:
+            raise UsageError(f"--collection/--split and {flag} exclude each other: {flag} selects from a "
+                             "TpuGraphs tree, --collection/--split say what the files of a plain file or "
+                             "folder are")
+
+
+def _walk_npz(root: Path) -> Iterator[tuple[Path, int, bool] | BadInput]:
+    """Every ``*.npz`` entry at or under ``root`` (a folder, or one file), sorted: ``(path, size, top)``
+    for a regular file (``top``: directly in ``root``, or ``root`` itself), a BadInput for a symbolic
+    link (to a folder or a file), a FIFO, device or socket, or one that vanished. Only ``lstat``."""
     if not root.is_dir():
-        raise FileNotFoundError(f"--src {src} is not a directory")
-    collections = list(collections or [])
-    splits = set(splits or SPLITS)
-    found: list[InputFile] = []
-    refused: list[BadInput] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        entries: Iterable[tuple[str, list[str], list[str]]] = [(str(root.parent), [], [root.name])]
+    else:
+        entries = os.walk(root, followlinks=False)
+    for dirpath, dirnames, filenames in entries:
         here = Path(dirpath)
         for d in sorted(dirnames):
             if (here / d).is_symlink():
-                refused.append(BadInput(here / d, None, "is a symbolic link to a folder; not followed"))
+                yield BadInput(here / d, None, "is a symbolic link to a folder; not followed")
         dirnames.sort()
         for name in sorted(filenames):
             if not name.endswith(".npz"):
@@ -139,37 +162,116 @@ def discover(
             try:
                 st = path.lstat()
             except FileNotFoundError:
-                refused.append(BadInput(path, None, "vanished while the source was listed"))
+                yield BadInput(path, None, "vanished while the source was listed")
                 continue
             if stat.S_ISLNK(st.st_mode):
-                refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                refused.append(BadInput(path, None, _not_regular(st.st_mode)))
-                continue
-            try:
-                kind, collection, split, relpath = classify(path.parts)
-            except ValueError as exc:
-                refused.append(BadInput(path, None, f"cannot tell its collection and split: {exc}"))
-                continue
-            if not selected(collection, collections) or split not in splits:
-                continue
-            stem = name[:-4]
-            if not is_safe_stem(stem):
-                refused.append(BadInput(path, None, f"file name {stem!r} is not a safe graph id "
-                                        "(letters, digits and . _ + - only)"))
-                continue
-            found.append(InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split,
-                                   stem, st.st_size))
-    found.sort()
+                yield BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)")
+            elif not stat.S_ISREG(st.st_mode):
+                yield BadInput(path, None, _not_regular(st.st_mode))
+            else:
+                yield path, st.st_size, here == root or path == root
+
+
+def _input_file(path: Path, size: int, kind: str, collection: str, split: str, relpath: str
+                ) -> InputFile | BadInput:
+    stem = path.name[:-4]
+    if not is_safe_stem(stem):
+        return BadInput(path, None, f"file name {stem!r} is not a safe graph id "
+                        "(letters, digits and . _ + - only)")
+    return InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split, stem, size)
+
+
+def _unique(found: list[InputFile], refused: list[BadInput]) -> list[InputFile]:
+    """``found`` sorted, without graph-id clashes (each clash appended to ``refused``)."""
     unique: list[InputFile] = []
-    for inp in found:
+    for inp in sorted(found):
         if unique and unique[-1].graph_id == inp.graph_id:
             refused.append(BadInput(inp.path, None, f"graph id {inp.graph_id} clashes with "
                                     f"{unique[-1].relpath}; graph ids must be unique within a build"))
             continue
         unique.append(inp)
-    return unique, refused
+    return unique
+
+
+def discover(
+    src: str | Path,
+    collections: Iterable[str] | None = None,
+    splits: Iterable[str] | None = None,
+    *,
+    collection: str | None = None,
+    split: str | None = None,
+) -> tuple[list[InputFile], list[BadInput]]:
+    """All ``*.npz`` at or under ``src`` (a folder or one file) sorted by graph id, and the entries
+    refused (symlinks, FIFOs, devices and other non-regular files, bad names, unknown places — an
+    ``Unplaced`` — and graph-id clashes). Symbolic links are never followed and nothing is opened:
+    each entry is only ``lstat``-ed.
+
+    Without ``collection``/``split``, each file's collection and split come from its path in a TpuGraphs
+    tree, filtered by ``collections``/``splits``. With them (both, see ``check_assignment``), ``src`` is
+    a plain file or a flat folder: its ``.npz`` files (those directly in it; one in a subfolder is
+    refused) belong to that collection and split, and their ``relpath`` is the one they would have in
+    the tree. UsageError when ``src`` is a tree after all (its paths already say collection and split).
+    """
+    root = Path(src).resolve()
+    if not root.exists():
+        raise FileNotFoundError(f"--src {src} does not exist")
+    check_assignment(collection, split, collections, splits)
+    if collection is not None and split is not None:
+        return _discover_assigned(src, root, collection, split)
+    wanted = list(collections or [])
+    split_set = set(splits or SPLITS)
+
+    def place(path: Path, _top: bool) -> Place | BadInput | None:
+        try:
+            kind, coll, sp, relpath = classify(path.parts)
+        except ValueError as exc:
+            return Unplaced(path, None, f"cannot tell its collection and split: {exc}")
+        return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
+
+    return _collect(root, place)
+
+
+def _discover_assigned(src: str | Path, root: Path, collection: str, split: str
+                       ) -> tuple[list[InputFile], list[BadInput]]:
+    """``discover`` for a plain file or flat folder whose files are all ``collection``/``split``."""
+    placed, _ = discover(root)
+    if placed:
+        inp = placed[0]
+        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {inp.path.name} already says "
+                         f"{inp.collection} {inp.split}; drop --collection/--split (they are for a file or "
+                         "folder outside a tree)")
+    kind, folder = collection_kind(collection), f"{collection_path(collection)}/{split}"
+
+    def place(path: Path, top: bool) -> Place | BadInput:
+        if not top:
+            return BadInput(path, None, "lies in a subfolder of --src; with --collection/--split only the "
+                            ".npz files directly in --src are read")
+        return kind, collection, split, f"{folder}/{path.name}"
+
+    return _collect(root, place)
+
+
+Place = tuple[str, str, str, str]
+"""(kind, collection, split, canonical relpath) of an input file."""
+
+
+def _collect(root: Path, place: Callable[[Path, bool], Place | BadInput | None]
+             ) -> tuple[list[InputFile], list[BadInput]]:
+    """The inputs at or under ``root`` (sorted, unique graph ids) and the refusals: ``place(path, top)``
+    says where each regular ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None)."""
+    found: list[InputFile] = []
+    refused: list[BadInput] = []
+    for entry in _walk_npz(root):
+        if isinstance(entry, BadInput):
+            refused.append(entry)
+            continue
+        path, size, top = entry
+        where = place(path, top)
+        if where is None:
+            continue
+        made = where if isinstance(where, BadInput) else _input_file(path, size, *where)
+        (refused if isinstance(made, BadInput) else found).append(made)
+    return _unique(found, refused), refused
 
 
 # --------------------------------------------------------------------------- reading one graph

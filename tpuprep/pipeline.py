@@ -13,6 +13,8 @@ Example::
     dst = "../data/demo-shards"
     collections = ["tile:xla", "layout:xla"]   # optional: all collections
     splits = ["train", "valid", "test"]        # optional: all splits
+    # collection = "layout:xla:random"         # instead: a src outside a TpuGraphs tree (one .npz
+    # split = "train"                          #   file or a flat folder) holds this collection and split
     overwrite = true                           # or resume = true
 
     [options]                                  # optional: the defaults of `tpuprep build`
@@ -108,15 +110,21 @@ class Pipeline:
     resume: bool = False
     overwrite: bool = False
     synth: SynthSpec | None = None
+    collection: str | None = None
+    split: str | None = None
 
     def describe(self) -> str:
         """A few lines saying what this run will do."""
         changed = {k: v for k, v in self.options.to_dict().items()
                    if v != getattr(BuildOptions(), k)}
+        if self.collection:
+            selection = [f"collection   {self.collection} (every file of src)",
+                         f"split        {self.split} (every file of src)"]
+        else:
+            selection = [f"collections  {', '.join(self.collections) if self.collections else 'all'}",
+                         f"splits       {', '.join(self.splits) if self.splits else 'all'}"]
         lines = [f"pipeline     {self.name} ({self.path})",
-                 f"src          {self.src}", f"dst          {self.dst}",
-                 f"collections  {', '.join(self.collections) if self.collections else 'all'}",
-                 f"splits       {', '.join(self.splits) if self.splits else 'all'}",
+                 f"src          {self.src}", f"dst          {self.dst}", *selection,
                  f"options      {changed or 'defaults'}",
                  f"cluster      {self.cluster.describe()}",
                  f"mode         {'resume' if self.resume else 'overwrite' if self.overwrite else 'new destination'}"]
@@ -293,6 +301,7 @@ def parse_pipeline(text: str, path: str | Path) -> Pipeline:
         src=src, dst=dst,
         collections=_names(doc.get("collections")),
         splits=_names(doc.get("splits")),
+        collection=doc.get("collection"), split=doc.get("split"),
         options=BuildOptions(**doc.get("options", {})),
         cluster=_cluster(path, doc["cluster"]),
         resume=doc.get("resume", False), overwrite=doc.get("overwrite", False),
@@ -383,7 +392,8 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
     runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask)
     try:
         return build(p.src, p.dst, p.options, collections=list(p.collections) if p.collections else None,
-                     splits=list(p.splits) if p.splits else None, runner=runner, resume=p.resume,
+                     splits=list(p.splits) if p.splits else None, collection=p.collection, split=p.split,
+                     runner=runner, resume=p.resume,
                      overwrite=p.overwrite, dry_run=dry_run, progress=progress)
     finally:
         if runner is not None:

@@ -581,8 +581,12 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
 
 
 def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
+           collection: str | None = None, split: str | None = None,
            progress: Progress | None = None, workers: int = 1) -> VerifyReport:
     """Verify the manifest, every shard and every graph of ``dst`` against the inputs under ``src``.
+
+    ``collection``/``split``: ``src`` is a plain file or flat folder built with them (``build``'s
+    arguments of the same names); only what the build holds for them is expected under ``src``.
 
     ``progress(event, info)``: ``"discovered"`` ``{"inputs": [InputFile ...], "refused": []}`` once,
     then ``"file"`` ``{"path", "bytes", "status": "ok"}`` per input checked (the build's events).
@@ -596,7 +600,9 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     if problem:
         report.problems.append(problem)
     _check_shards(ds, report)
-    inputs, _ = discover(src, collections, splits)
+    inputs, _ = discover(src, collections, splits, collection=collection, split=split)
+    if collection is not None and split is not None:
+        collections, splits = [collection], [split]
     listed = {i["path"]: i for i in ds.manifest["inputs"]}
     present = {inp.relpath for inp in inputs}
     moments: dict[str, tuple] = {}

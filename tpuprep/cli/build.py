@@ -12,9 +12,9 @@ from .common import Progress, comma_list, json_errors, log, open_log, report_bui
 from .group import main
 
 
-def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, workers,
-               scheduler, scheduler_file, resume, overwrite, compression_level, dry_run, quiet, verbose,
-               as_json, log_file) -> int:
+def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, collection,
+               split, workers, scheduler, scheduler_file, resume, overwrite, compression_level, dry_run,
+               quiet, verbose, as_json, log_file) -> int:
     from ..build import build
     from ..options import BuildOptions
     from ..runners import make_runner
@@ -33,8 +33,9 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     if runner is not None and runner.name == "serial":
         tune_malloc()  # this process converts the files itself (a library caller's process is left alone)
     try:
-        report = build(src, dst, opts, collections=collections, splits=splits, runner=runner, resume=resume,
-                       overwrite=overwrite, dry_run=dry_run, progress=progress)
+        report = build(src, dst, opts, collections=collections, splits=splits, collection=collection,
+                       split=split, runner=runner, resume=resume, overwrite=overwrite, dry_run=dry_run,
+                       progress=progress)
     finally:
         progress.close()
         if runner is not None:
@@ -43,7 +44,9 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 
 
 @main.command()
-@click.option("--src", required=True, help="npz/, npz_all/npz, a collection folder or a split folder.")
+@click.option("--src", required=True,
+              help="npz/, npz_all/npz, a collection or split folder, one .npz file, or (with --collection "
+                   "and --split) a file or flat folder outside a TpuGraphs tree.")
 @click.option("--dst", required=True, help="Shard folder (a local folder outside --src).")
 @click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")
 @click.option("--no-prune", is_flag=True, help="Keep whole layout graphs.")
@@ -52,6 +55,10 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 @click.option("--folds", default=5, show_default=True, type=click.IntRange(1, 1000), help="K of the grouped K-fold ids.")
 @click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
 @click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
+@click.option("--collection", default=None,
+              help="The collection of every file of a --src outside a TpuGraphs tree (e.g. layout:xla:random).")
+@click.option("--split", default=None,
+              help="The split of every file of a --src outside a TpuGraphs tree (with --collection).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024), help="Local worker processes.")
 @click.option("--scheduler", default=None, help="Address of an existing Dask scheduler (tcp://host:port).")
 @click.option("--scheduler-file", default=None, type=click.Path(dir_okay=False), help="Dask scheduler file.")

@@ -38,10 +38,17 @@ def summary_table(manifest: dict) -> str:
             rows.append((cid, split, f"{c['graphs']:,}", f"{c['configs']:,} → {c['unique_configs']:,}",
                          f"{c['nodes_before']:,} → {c['nodes_after']:,}", f"{c['edges_before']:,} → {c['edges_after']:,}",
                          f"{human(c['bytes_in'])} → {human(c['bytes_out'])}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+    return format_table(rows, rule=True)
+
+
+def format_table(rows: Sequence[Sequence[str]], left: int = 2, rule: bool = False) -> str:
+    """Rows of strings (the first is the header) as aligned columns two spaces apart: the first ``left``
+    columns left-aligned, the others right-aligned; ``rule``: a line of dashes under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) if i < left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    if rule:
+        lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 

@@ -22,17 +22,36 @@ from .common import (
 from .group import main
 
 
+def _recount(dst: Path, manifest: dict) -> dict:
+    """``manifest`` with each collection's ``splits`` and ``totals`` recounted from the shards
+    (``Dataset.counts``: one polars scan per collection) instead of read from the manifest."""
+    from .. import open_dataset
+
+    ds = open_dataset(dst)
+    collections = {}
+    for cid, coll in manifest["collections"].items():
+        splits = ds.counts(cid)
+        totals = {k: sum(s[k] for s in splits.values()) for k in coll["totals"]}
+        collections[cid] = coll | {"splits": splits, "totals": totals}
+    return manifest | {"collections": collections}
+
+
 @main.command()
 @click.argument("dst", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True,
               help="Print the manifest without its inputs as one JSON document (docs/cli.md).")
-def info(dst, as_json) -> None:
+@click.option("--from-shards", is_flag=True,
+              help="Recount the per-collection and per-split table from the shards (a polars scan) "
+                   "instead of reading the manifest's counts; slower (docs/cli.md).")
+def info(dst, as_json, from_shards) -> None:
     """Describe a shard folder."""
     from ..shards.manifest import read_manifest
 
     if as_json:
         json_errors()
     m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
+    if from_shards:
+        m = _recount(dst, m)
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
         return
@@ -45,10 +64,13 @@ def info(dst, as_json) -> None:
 
 
 @main.command()
-@click.option("--src", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--src", required=True, type=click.Path(exists=True, path_type=Path),
+              help="The --src of the build: a TpuGraphs tree or a part of it, or a file or flat folder.")
 @click.option("--dst", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--collections", default=None)
 @click.option("--splits", default=None)
+@click.option("--collection", default=None, help="As given to the build (a --src outside a TpuGraphs tree).")
+@click.option("--split", default=None, help="As given to the build (with --collection).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="Check graphs in N local processes (the report is the same as with 1).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
@@ -56,7 +78,7 @@ def info(dst, as_json) -> None:
               help="Print one JSON document on stdout instead of the report (docs/cli.md).")
 @click.option("--log-file", default=None, type=click.Path(dir_okay=False),
               help="Also append progress lines, the result and errors here.")
-def verify(src, dst, collections, splits, workers, quiet, as_json, log_file) -> None:
+def verify(src, dst, collections, splits, collection, split, workers, quiet, as_json, log_file) -> None:
     """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
     import time
 
@@ -70,7 +92,7 @@ def verify(src, dst, collections, splits, workers, quiet, as_json, log_file) -> 
     progress = Progress(quiet, False, label="verifying")
     try:
         report = run_verify(src, dst, collections=comma_list(collections), splits=comma_list(splits),
-                            progress=progress, workers=workers)
+                            collection=collection, split=split, progress=progress, workers=workers)
     finally:
         progress.close()
     code = EXIT_OK if report.ok else EXIT_FATAL

@@ -14,7 +14,7 @@ from .group import main
 
 @main.command("run")
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--src", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--src", default=None, type=click.Path(path_type=Path),
               help="Override the run file's src (relative to the current folder).")
 @click.option("--dst", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Override the run file's dst (relative to the current folder).")

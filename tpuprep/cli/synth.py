@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_FATAL, comma_list, summary_table
+from .common import EXIT_FATAL, comma_list, format_table, summary_table
 from .group import main
 
 
@@ -22,8 +22,11 @@ from .group import main
 @click.option("--fraction", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
               help="Only the first ceil(F x count) files of every collection and split, each the same "
                    "file as in the whole profile (e.g. 0.25 for a quarter-scale rehearsal of full).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan's sizes (files, c, nc, inflated node_config_feat per collection and "
+                   "split) and exit; nothing is written.")
 @click.option("-q", "--quiet", is_flag=True)
-def synth(dst, profile, seed, collections, fraction, quiet) -> None:
+def synth(dst, profile, seed, collections, fraction, dry_run, quiet) -> None:
     """Write a synthetic TpuGraphs tree (DST/npz/...) and its noise-free runtimes (DST/truth/...).
 
     Resumable: run the same command again after an interruption; files already finished (as recorded
@@ -31,6 +34,9 @@ def synth(dst, profile, seed, collections, fraction, quiet) -> None:
     """
     from ..synth import synthesize
 
+    if dry_run:
+        click.echo(plan_table(profile, seed, fraction, comma_list(collections)))
+        return
     started = time.perf_counter()
     summary = synthesize(dst, profile, seed, collections=comma_list(collections), fraction=fraction,
                          progress=None if quiet else (lambda p: click.echo(f"done {p}", err=True)))
@@ -38,6 +44,40 @@ def synth(dst, profile, seed, collections, fraction, quiet) -> None:
         reused = f" ({summary.reused} already there)" if summary.reused else ""
         click.echo(f"{len(summary.files)} files{reused} in {time.perf_counter() - started:.1f} s "
                    f"under {Path(dst) / 'npz'}")
+
+
+def _gb(n: float) -> str:
+    """Decimal units, as the dataset's sizes are published (≈ 400 GB)."""
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.2f} MB"
+
+
+def plan_table(profile: str, seed: int, fraction: float, collections: list[str] | None) -> str:
+    """The ``--dry-run`` report: per layout collection and split, files, files at c = 100,040, mean c,
+    largest nc and inflated float32 node_config_feat bytes (decimal GB), then the train + valid total
+    (and, for ``full``, its calibration target) and the tile file count. Writes nothing."""
+    from ..synth import FULL_TARGETS, MAX_CONFIGS, file_plan, layout_size_plan
+    from ..tpugraphs import selected
+
+    planned = [p for p in layout_size_plan(profile, seed, fraction) if selected(p.spec.collection, collections)]
+    groups: dict[tuple[str, str], list] = {}
+    for p in planned:
+        groups.setdefault((p.spec.collection, p.spec.split), []).append(p)
+    head = ("collection", "split", "files", "c = 100,040", "mean c", "max nc", "node_config_feat")
+    rows = [head] + [
+        (c, s, f"{len(g):,}", f"{sum(p.configs == MAX_CONFIGS for p in g):,}",
+         f"{sum(p.configs for p in g) / len(g):,.0f}", f"{max(p.config_nodes for p in g):,}",
+         _gb(sum(p.config_feat_bytes for p in g)))
+        for (c, s), g in sorted(groups.items())]
+    train_valid = sum(p.config_feat_bytes for p in planned if p.spec.split != "test")
+    target = (f" (calibrated to ≈ {_gb(FULL_TARGETS['config_feat_train_valid_bytes'])}, TPUGRAPHS.md §1)"
+              if profile == "full" and fraction == 1.0 and not collections else "")
+    tiles = sum(1 for s in file_plan(profile, seed, fraction)
+                if s.collection == "tile:xla" and selected(s.collection, collections))
+    return "\n".join([f"profile {profile}, seed {seed}, fraction {fraction:g}: nothing written",
+                      format_table(rows, rule=True),
+                      f"node_config_feat, train + valid: {_gb(train_valid)}{target}; all splits: "
+                      f"{_gb(sum(p.config_feat_bytes for p in planned))}",
+                      f"{len(planned):,} layout files and {tiles:,} tile files"])
 
 
 @main.command()

@@ -35,7 +35,7 @@ from ..io.files import looks_like_url
 from ..kernels.base7 import decode_base7
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
-from .manifest import read_manifest
+from .manifest import COUNT_FIELDS, read_manifest
 from .schema import table_name, table_schema
 
 if TYPE_CHECKING:
@@ -661,6 +661,32 @@ class Dataset:
         if not frames:
             raise BadShards(f"{self.root / MANIFEST}: lists no {table} shards of {collection}")
         return pl.concat(frames) if len(frames) > 1 else frames[0]
+
+    def counts(self, collection: str) -> dict[str, dict[str, int]]:
+        """Per split of ``collection``, its counts recounted from the shards themselves (not taken from
+        the manifest), under the manifest's ``COUNT_FIELDS`` keys: ``graphs``, ``configs``,
+        ``unique_configs``, ``nodes_before``/``nodes_after``, ``edges_before``/``edges_after``,
+        ``bytes_in`` (npz bytes), ``anomalies`` (sums of the ``graphs`` rows' scalars, int) and
+        ``bytes_out`` (the bytes of the split's shard files on disk). One ``scan`` aggregated per split:
+        polars reads only those eight int columns of the ``graphs`` shards, never the features."""
+        import polars as pl
+
+        sums = {"configs": "num_configs", "unique_configs": "num_unique_configs",
+                "nodes_before": "num_nodes_original", "nodes_after": "num_nodes",
+                "edges_before": "num_edges_original", "edges_after": "num_edges",
+                "bytes_in": "source_bytes", "anomalies": "num_repad_anomalies"}
+        frame = (self.scan("graphs", collection)
+                 .group_by("split")
+                 .agg(pl.len().alias("graphs"), *(pl.col(c).cast(pl.Int64).sum().alias(k) for k, c in sums.items()))
+                 .collect())
+        rows = {r["split"]: r for r in frame.iter_rows(named=True)}
+        out: dict[str, dict[str, int]] = {}
+        for split in self.splits(collection):
+            row = rows.get(split, {"graphs": 0} | dict.fromkeys(sums, 0))
+            on_disk = sum(self.shard_path(i).stat().st_size for i, e in enumerate(self.manifest["shards"])
+                          if e["collection"] == collection and e["split"] == split)
+            out[split] = {k: on_disk if k == "bytes_out" else int(row[k]) for k in COUNT_FIELDS}
+        return out
 
     def iter_graphs(self, collection: str | None = None, split: str | None = None):
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""

@@ -84,14 +84,17 @@ Profiles (2 shared cores, seed 0): tiny — 23 files, 0.16 MB, 0.2–0.5 s; smal
 files, 103 MB on disk, 4.5 GB inflated, 57 s, 306 MB peak RSS, including exactly one layout graph
 (xla:random train 0) at c = 100,040 with nc ≥ 350 (seed 0: nc 373, node_config_feat 2.69 GB
 inflated / 56 MB deflated, written in 25 s; nc 355–371 for seeds 1–7); full — the published 7,868
-files (c = 100,040 for 30 % of layout train/valid files; nc up to 3,541): by its plan (seed 0) 744 GB
-of inflated node_config_feat, 1.9 × the real dataset's ≈ 400 GB (hours, bounded memory).
+files, calibrated per collection (``profiles.FULL_TARGETS``: the published mean c of the random
+collections, every k-th layout train/valid file at c = 100,040 — 136 of them, in every collection —
+nc up to 3,541): by its plan (seed 0) 397.9 GB of inflated train + valid node_config_feat, the real
+dataset's ≈ 400 GB (hours, bounded memory). ``layout_size_plan`` gives c and nc of every layout file
+without writing it; ``tpuprep synth --profile full --dry-run`` prints the totals.
 
 Fractions and resuming. ``fraction=F`` (``tpuprep synth --fraction F``) keeps the first ceil(F × count)
 files of every (collection, split) of a profile — at least one — and each kept file is byte-identical
 to the same file of the whole profile, so a fraction has the whole profile's per-file size
-distribution (``full`` at 0.25: 1,972 files, 215 GB of node_config_feat, 40 layout files at c =
-100,040; at 0.5: 411 GB). Every finished file slot is recorded in ``dst/synth-journal.jsonl``
+distribution (``full`` at 0.25: 1,972 files, 113 GB of node_config_feat, 34 layout files at c =
+100,040 in every layout collection; at 0.5: 227 GB). Every finished file slot is recorded in ``dst/synth-journal.jsonl``
 (``journal``); running the same command again skips the slots whose npz and truth files still have the
 recorded size and sha256 for the same generator code, profile and seed, and writes the rest — so an
 interrupted run resumes, and a larger fraction into the same dst adds only its extra files. One writer
@@ -170,9 +173,17 @@ from .constants import (
     SPLITS,
 )
 from .driver import CollectionCount, SynthSummary, synthesize
-from .files import FileSpec, file_plan, layout_config_count, layout_graph_for, tile_graph_for
+from .files import (
+    FileSpec,
+    PlannedFile,
+    file_plan,
+    layout_config_count,
+    layout_graph_for,
+    layout_size_plan,
+    tile_graph_for,
+)
 from .graph import SynthGraph
-from .profiles import PROFILES, Profile
+from .profiles import FULL_TARGETS, PROFILES, Profile
 from .programs import build_program
 from .tile import build_tile_graph, tile_configs
 
@@ -181,6 +192,7 @@ __all__ = [
     "CONFIGURABLE_OPCODES",
     "CONVOLUTION",
     "DOT",
+    "FULL_TARGETS",
     "MAX_CONFIGS",
     "PRODUCT_COLUMNS",
     "PROFILES",
@@ -189,6 +201,7 @@ __all__ = [
     "CollectionCount",
     "FileSpec",
     "LayoutPlan",
+    "PlannedFile",
     "Profile",
     "StreamedArray",
     "SynthGraph",
@@ -199,6 +212,7 @@ __all__ = [
     "file_plan",
     "layout_config_count",
     "layout_graph_for",
+    "layout_size_plan",
     "plan_layout",
     "synthesize",
     "tile_configs",

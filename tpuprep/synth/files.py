@@ -152,12 +152,14 @@ def layout_graph_for(
         graph = build_program(
             retry, family, spec.program, min(n_target, 1500), nc_min=target, isolated=isolated
         )
+    # one hint per program, whichever collection asks: default and random share graph and plan
     if spec.split == "test":
         c_hint = prof.test_configs + 1
-    elif big_slot or prof.max_config_share > 0:
+    elif big_slot or prof.pins_max_configs(family):
         c_hint = MAX_CONFIGS
     else:
-        c_hint = prof.layout_configs[1]
+        c_hint = max([prof.layout_configs[1]] + [high for c, (_, high, _) in prof.configs_by.items()
+                                                  if c.startswith(f"layout:{family}:")])
     plan = plan_layout(
         graph, keyed_rng(seed, "plan", family, spec.split, spec.index), family, c_hint
     )
@@ -171,9 +173,13 @@ def draw_layout_config_count(spec: FileSpec, prof: Profile, rng: np.random.Gener
         return prof.test_configs + extra
     if prof.big is not None and prof.big[:3] == (spec.collection, spec.split, spec.index):
         return MAX_CONFIGS
-    if rng.random() < prof.max_config_share:
-        return MAX_CONFIGS
-    return int(loguniform(rng, *prof.layout_configs))
+    pinned = rng.random() < prof.max_config_share  # drawn in every case: the stream stays the same
+    if spec.collection in prof.configs_by:
+        low, high, every = prof.configs_by[spec.collection]
+        pinned = every > 0 and spec.index % every == every // 2
+    else:
+        low, high = prof.layout_configs
+    return MAX_CONFIGS if pinned else int(loguniform(rng, low, high))
 
 
 def layout_config_count(spec: FileSpec, profile: Profile | str, seed: int = 0) -> int:
@@ -190,3 +196,37 @@ def tile_graph_for(spec: FileSpec, profile: Profile | str, seed: int = 0) -> Syn
     return build_tile_graph(
         keyed_rng(seed, "tile", spec.split, spec.index), prof.tile_nodes, spec.kind
     )
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """The size of one layout file of a profile's plan, known without writing it: ``configs`` c and
+    ``config_nodes`` nc, hence ``config_feat_bytes`` = c × nc × 18 × 4, the inflated float32
+    ``node_config_feat`` array (its .npy header excluded)."""
+
+    spec: FileSpec
+    configs: int
+    config_nodes: int
+
+    @property
+    def config_feat_bytes(self) -> int:
+        return self.configs * self.config_nodes * 18 * 4
+
+
+def layout_size_plan(profile: Profile | str, seed: int = 0, fraction: float = 1.0) -> list[PlannedFile]:
+    """c and nc of every layout file of the plan (``file_plan`` order), without writing a file.
+
+    nc needs each layout program built (default and random share it: one build per program); c is
+    the file's first config draw. About 25 s for ``full`` on one core, well under a second for tiny.
+    """
+    prof = resolve_profile(profile)
+    nodes: dict[tuple[str, str, int], int] = {}
+    out: list[PlannedFile] = []
+    for spec in file_plan(prof, seed, fraction):
+        if spec.collection == "tile:xla":
+            continue
+        key = (layout_family(spec.collection)[0], spec.split, spec.index)
+        if key not in nodes:
+            nodes[key] = len(layout_graph_for(spec, prof, seed)[1].node_config_ids)
+        out.append(PlannedFile(spec, layout_config_count(spec, prof, seed), nodes[key]))
+    return out

@@ -5,7 +5,7 @@ config sampler aims at (duplicate-row shares, non-modal output rates; STATS.md /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .constants import MAX_CONFIGS
 
@@ -20,6 +20,10 @@ class Profile:
     for tile kernels. ``test_configs`` is c of every layout test file; ``test_configs_1001`` lists
     (collection, index) test files that get one more config (the published set has two such files).
     ``max_config_share``: share of layout train/valid files whose c is pinned to ``MAX_CONFIGS``.
+    ``configs_by``: per layout collection, ``(low, high, max_every)``: its train/valid files take c
+    log-uniform in [low, high], except every ``max_every``-th file of a split (index ≡ max_every // 2
+    mod max_every), pinned at ``MAX_CONFIGS`` — spread evenly, so every ``--fraction`` of the profile
+    keeps its share of them (replaces ``layout_configs`` and ``max_config_share``; ``config_range``).
     ``big``: (collection, split, index, nc_min) of the single layout graph written at c = MAX_CONFIGS
     with at least nc_min configurable nodes (bench). ``isolated_every``: every k-th layout program
     (by slot index) carries one isolated configurable node (0 = never).
@@ -37,6 +41,12 @@ class Profile:
     test_configs_1001: tuple[tuple[str, int], ...] = ()
     big: tuple[str, str, int, int] | None = None
     isolated_every: int = 5
+    configs_by: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def pins_max_configs(self, family: str) -> bool:
+        """Whether some train/valid file of this layout family (``xla``/``nlp``) may get c = MAX_CONFIGS."""
+        return self.max_config_share > 0 or any(
+            every > 0 for c, (_, _, every) in self.configs_by.items() if c.startswith(f"layout:{family}:"))
 
 
 def _layout_counts(xla: tuple[int, int, int], nlp: tuple[int, int, int]) -> dict:
@@ -96,15 +106,47 @@ PROFILES: dict[str, Profile] = {
             "layout:nlp:default": (198, 20, 17),
         },
         xla_nodes=(400, 43_615),
-        nlp_nodes=(400, 21_919),
+        nlp_nodes=(400, 14_000),  # not 21,919: see FULL_TARGETS
         layout_configs=(1000, MAX_CONFIGS),
         test_configs=1000,
         tile_nodes=(2, 120),
         tile_configs=(2, 7000),
-        max_config_share=0.3,
         test_configs_1001=(("layout:xla:random", 3), ("layout:nlp:default", 5)),
+        # (low, high, every k-th file at c = 100,040) of train/valid c, calibrated to FULL_TARGETS
+        configs_by={
+            "layout:xla:random": (1000, 25_000, 18),
+            "layout:xla:default": (1000, 20_000, 17),
+            "layout:nlp:random": (8000, MAX_CONFIGS, 2),
+            "layout:nlp:default": (1000, 30_000, 14),
+        },
     ),
 }
+
+
+FULL_TARGETS = {
+    "config_feat_train_valid_bytes": 400e9,
+    "mean_configs": {"layout:xla:random": 11_000, "layout:nlp:random": 66_000},
+    "max_config_files": 3,
+}
+"""What the ``full`` profile's plan is calibrated to (``synth.layout_size_plan``, seed 0).
+
+- ``config_feat_train_valid_bytes``: inflated float32 ``node_config_feat`` of all train + valid layout
+  files, "≈ 400 GB" (TPUGRAPHS.md §1); the plan gives 397.9 GB (per collection: xla:random 34.2,
+  xla:default 22.2, nlp:random 277.2, nlp:default 64.3 GB; the test files add 0.7 GB).
+- ``mean_configs``: the published average c per graph, "over 11,000" for layout:xla:random and "over
+  66,000" for layout:nlp:random (the TGraph paper, ../shared/seeds/000); the plan gives 11,492 and
+  67,310 over train + valid. Nothing is published per collection for the default collections or for
+  bytes: they take the rest of the 400 GB (mean c 11,814 xla:default, 14,628 nlp:default).
+- ``max_config_files``: at least this many train/valid files at c = 100,040 in every layout collection
+  (the plan: 4 xla:random, 4 xla:default, 113 nlp:random, 15 nlp:default; ``--fraction 0.25`` keeps 34
+  of them, in every collection).
+- The per-collection and per-split file counts are the published ones (TPUGRAPHS.md §1), exactly.
+
+``nlp_nodes`` stops at 14,000 instead of the published n ≤ 21,919: this generator's configurable share
+grows at large n, so up to 21,919 it planned nc up to 2,067 (published maximum 848) and a mean nc of
+340, with which the published mean c of nlp:random alone (66,000) made ≈ 370 GB. At 14,000 the nlp
+mean nc is 235 (maximum 1,157), which lets all three published figures hold together.
+"""
 
 
 DUP_TARGET = {
