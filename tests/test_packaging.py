@@ -65,3 +65,26 @@ def test_built_metadata_carries_licence_and_urls(tmp_path):
     assert (tmp_path / "meta" / dist_info / "licenses" / "LICENSE").read_text() == (REPO / "LICENSE").read_text()
     links = meta.get_all("Project-URL") or []
     assert links and all(re.fullmatch(r"[^,]+, https://\S+", u) for u in links), links
+
+
+def test_the_wheel_ships_every_data_file_the_package_reads(tmp_path):
+    """A regular (non-editable) install must carry the schemas and the synth profiles: tpuprep reads
+    them with importlib.resources at run time."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "schemas", src / "schemas")
+    shutil.copytree(REPO / "tpuprep", src / "tpuprep", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = "from setuptools import build_meta as b; import sys; print(b.build_wheel(sys.argv[1]))"
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    wheel = tmp_path / "dist" / run.stdout.strip().splitlines()[-1]
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {f"tpuprep/schemas/{p.name}" for p in (REPO / "schemas").glob("*.json")}
+    wanted.add("tpuprep/synth/profiles.toml")
+    assert wanted <= names, sorted(wanted - names)

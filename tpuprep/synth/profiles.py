@@ -5,7 +5,10 @@ config sampler aims at (duplicate-row shares, non-modal output rates; STATS.md /
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
 
 from .constants import MAX_CONFIGS
 
@@ -49,79 +52,32 @@ class Profile:
             every > 0 for c, (_, _, every) in self.configs_by.items() if c.startswith(f"layout:{family}:"))
 
 
-def _layout_counts(xla: tuple[int, int, int], nlp: tuple[int, int, int]) -> dict:
-    return {
-        "layout:xla:default": xla,
-        "layout:xla:random": xla,
-        "layout:nlp:default": nlp,
-        "layout:nlp:random": nlp,
-    }
-
-
 def resolve_profile(profile: Profile | str) -> Profile:
     """A profile given by name (a key of ``PROFILES``) or as a ``Profile``."""
     return PROFILES[profile] if isinstance(profile, str) else profile
 
 
-PROFILES: dict[str, Profile] = {
-    "tiny": Profile(
-        name="tiny",
-        counts={"tile:xla": (3, 2, 2), **_layout_counts((2, 1, 1), (2, 1, 1))},
-        xla_nodes=(120, 240),
-        nlp_nodes=(120, 220),
-        layout_configs=(120, 300),
-        test_configs=100,
-        tile_nodes=(2, 40),
-        tile_configs=(2, 60),
-        isolated_every=2,
-    ),
-    "small": Profile(
-        name="small",
-        counts={"tile:xla": (200, 40, 40), **_layout_counts((12, 3, 2), (12, 3, 2))},
-        xla_nodes=(300, 2000),
-        nlp_nodes=(300, 2000),
-        layout_configs=(300, 3000),
-        test_configs=1000,
-        tile_nodes=(2, 80),
-        tile_configs=(2, 600),
-    ),
-    "bench": Profile(
-        name="bench",
-        counts={"tile:xla": (400, 60, 60), **_layout_counts((4, 1, 1), (4, 1, 1))},
-        xla_nodes=(1000, 9000),
-        nlp_nodes=(1000, 7000),
-        layout_configs=(2000, 12000),
-        test_configs=1000,
-        tile_nodes=(2, 100),
-        tile_configs=(2, 3000),
-        big=("layout:xla:random", "train", 0, 350),
-    ),
-    "full": Profile(
-        name="full",
-        counts={
-            "tile:xla": (5709, 676, 844),
-            "layout:xla:random": (69, 7, 8),
-            "layout:xla:default": (61, 7, 8),
-            "layout:nlp:random": (207, 20, 17),
-            "layout:nlp:default": (198, 20, 17),
-        },
-        xla_nodes=(400, 43_615),
-        nlp_nodes=(400, 14_000),  # not 21,919: see FULL_TARGETS
-        layout_configs=(1000, MAX_CONFIGS),
-        test_configs=1000,
-        tile_nodes=(2, 120),
-        tile_configs=(2, 7000),
-        test_configs_1001=(("layout:xla:random", 3), ("layout:nlp:default", 5)),
-        # (low, high, every k-th file at c = 100,040) of train/valid c, calibrated to FULL_TARGETS
-        configs_by={
-            "layout:xla:random": (1000, 25_000, 18),
-            "layout:xla:default": (1000, 20_000, 17),
-            "layout:nlp:random": (8000, MAX_CONFIGS, 2),
-            "layout:nlp:default": (1000, 30_000, 14),
-        },
-    ),
-}
+def _tuples(value: Any) -> Any:
+    """TOML arrays as tuples, nested ones too (``Profile`` is frozen and hashable-minded)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
+
+def load_profiles(text: str) -> dict[str, Profile]:
+    """The ``Profile`` of every table of a profiles TOML document (``profiles.toml``)."""
+    profiles = {}
+    for name, table in tomllib.loads(text).items():
+        fields = {key: ({k: _tuples(v) for k, v in value.items()} if isinstance(value, dict) else _tuples(value))
+                  for key, value in table.items()}
+        profiles[name] = Profile(name=name, **fields)
+        for low, high, *_ in [profiles[name].layout_configs, *profiles[name].configs_by.values()]:
+            if not 1 <= low <= high <= MAX_CONFIGS:
+                raise ValueError(f"profile {name!r}: configs range {low}..{high} outside 1..{MAX_CONFIGS}")
+    return profiles
+
+
+PROFILES: dict[str, Profile] = load_profiles(
+    resources.files(__package__).joinpath("profiles.toml").read_text(encoding="utf-8"))
+"""Every profile, from ``profiles.toml`` (the sizes are data; this module says what they mean)."""
 
 FULL_TARGETS = {
     "config_feat_train_valid_bytes": 400e9,
