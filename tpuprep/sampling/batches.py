@@ -199,6 +199,17 @@ class ConfigBatches:
             self._cache.popitem(last=False)
         return self._cache[graph_id]
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its folder
+        and is opened again; the LRU starts empty."""
+        state = dict(vars(self))
+        state["ds"], state["_cache"] = str(self.ds.root), OrderedDict()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(state)
+        self.ds = Dataset(state["ds"])
+
     # -- resuming -------------------------------------------------------------------------------
     def fingerprint(self) -> str:
         """A short hash of every setting the stream depends on except seed and epoch (graph list,
