@@ -13,7 +13,7 @@ import pytest
 import tpuprep
 from tpuprep.sampling import strategies
 from tpuprep.sampling.batches import ConfigBatches, epoch_plan, share_indices
-from tpuprep.shards.reader import sample_rows
+from tpuprep.shards.reader import sample_rows, unique_config_columns
 
 LAYOUT = "layout:xla:random"
 
@@ -99,6 +99,63 @@ def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
     monkeypatch.setattr(reader, "read_row_groups", spy)
     ds.config_runtimes(ds.graph_ids(LAYOUT, "train")[0])
     assert seen and all(c is not None and "codes" not in c for c in seen)
+
+
+@pytest.mark.parametrize("collection", ["layout:xla:random", "layout:nlp:default"])
+def test_unique_config_columns_equal_the_stored_ones(ds, collection):
+    for gid in ds.graph_ids(collection):
+        g = ds.load_graph(gid)
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        assert np.array_equal(cols["group_size"], g.group_size) and cols["group_size"].dtype == np.int32
+        assert np.array_equal(cols["first_index"], g.first_index) and cols["first_index"].dtype == np.int32
+        for key, field in (("runtime", "config_runtime"), ("runtime_spread", "config_runtime_spread")):
+            stored = getattr(g, field)
+            assert (cols[key] is None) == (stored is None), (gid, key)
+            assert stored is None or (np.array_equal(cols[key], stored) and cols[key].dtype == np.int64)
+
+
+def test_unique_config_columns_refuse_a_misnumbered_inverse(ds):
+    from dataclasses import replace
+
+    s = ds.load_graph(ds.graph_ids(LAYOUT, "train")[0], configs=False)
+    swapped = s.config_inverse.copy()
+    swapped[swapped == 0], swapped[swapped == 1] = -1, 0
+    swapped[swapped == -1] = 1
+    with pytest.raises(ValueError, match="order of first occurrence"):
+        unique_config_columns(replace(s, config_inverse=swapped))
+
+
+def test_read_configs_with_columns_reads_codes_only_and_gives_the_same_sample(ds, monkeypatch):
+    from tpuprep.shards import reader
+
+    seen = []
+    real = reader.read_row_groups
+
+    def spy(pf, path, rgs, columns=None, use_threads=True):
+        seen.append(columns)
+        return real(pf, path, rgs, columns, use_threads)
+
+    for gid in ds.graph_ids(LAYOUT):
+        rows = np.random.default_rng(2).permutation(ds.num_unique_configs(gid))[:9]
+        plain = ds.read_configs(gid, rows)
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        monkeypatch.setattr(reader, "read_row_groups", spy)
+        fast = ds.read_configs(gid, rows, cols)
+        monkeypatch.setattr(reader, "read_row_groups", real)
+        assert seen[-1] == ["config_id", "codes"]
+        for field in vars(plain):
+            x, y = getattr(plain, field), getattr(fast, field)
+            assert (x is None and y is None) or (np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype), field
+        assert fast.config_runtime is None or fast.config_runtime.flags.writeable
+
+
+def test_batches_hold_the_stored_configs(ds):
+    for strategy in ("uniform", "stratified"):
+        for b in ConfigBatches(ds, LAYOUT, k=12, strategy=strategy, batches_per_graph=2):
+            ref = ds.read_configs(b.graph_id, b.sample.rows)
+            for field in vars(ref):
+                x, y = getattr(ref, field), getattr(b.sample, field)
+                assert (x is None and y is None) or np.array_equal(x, y), field
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -279,3 +336,16 @@ def test_test_split_supports_only_uniform(ds):
 def test_bad_settings_are_refused(ds, kwargs, match):
     with pytest.raises((ValueError, KeyError), match=match):
         ConfigBatches(ds, LAYOUT, **kwargs)
+
+
+def test_unique_config_columns_equal_the_stored_ones_on_real_graphs(real_shards):
+    ds = tpuprep.open_dataset(real_shards)
+    layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
+    assert layout
+    for gid in layout:
+        g = ds.load_graph(gid)
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        assert np.array_equal(cols["group_size"], g.group_size) and np.array_equal(cols["first_index"], g.first_index)
+        for key, field in (("runtime", "config_runtime"), ("runtime_spread", "config_runtime_spread")):
+            stored = getattr(g, field)
+            assert (cols[key] is None and stored is None) or np.array_equal(cols[key], stored), (gid, key)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..shards.reader import ConfigSample, Dataset, GraphRecord
+from ..shards.reader import ConfigSample, Dataset, GraphRecord, unique_config_columns
 from .strategies import STRATEGIES, sqrt_quotas
 
 STATE_VERSION = 1
@@ -47,6 +47,17 @@ class ConfigBatch:
     sample: ConfigSample
     epoch: int
     position: int
+
+
+@dataclass
+class _Cached:
+    """One LRU entry: a graph's structure, its derived per-config columns (layout, else None), its
+    (c_u,) int64 runtimes (None on test, or for tile when the strategy needs none) and c_u."""
+
+    structure: GraphRecord
+    columns: dict[str, np.ndarray | None] | None
+    runtimes: np.ndarray | None
+    count: int
 
 
 def epoch_plan(num_graphs: int, quotas: np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -120,7 +131,7 @@ class ConfigBatches:
         self.worker, self.num_workers = 0, 1
         self.epoch, self._start, self._position = 0, 0, 0
         self._quotas: np.ndarray | None = None
-        self._cache: OrderedDict[str, tuple[GraphRecord, np.ndarray | None, int]] = OrderedDict()
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
 
     # -- the plan -------------------------------------------------------------------------------
     def quotas(self) -> np.ndarray:
@@ -179,22 +190,28 @@ class ConfigBatches:
     def batch(self, graph_id: str, b: int, epoch: int | None = None) -> ConfigBatch:
         """Item (graph_id, b) of an epoch (default: the current), read now (``position`` 0)."""
         epoch = self.epoch if epoch is None else epoch
-        structure, runtimes, count = self._structure(graph_id)
+        cached = self._structure(graph_id)
         needs_runtimes, choose = STRATEGIES[self.strategy]
-        rows = choose(runtimes if needs_runtimes else count, self.k, item_rng(self.seed, epoch, graph_id, b))
-        return ConfigBatch(graph_id, self.collection, self.split, structure,
-                           self.ds.read_configs(graph_id, rows), epoch, 0)
+        rows = choose(cached.runtimes if needs_runtimes else cached.count, self.k,
+                      item_rng(self.seed, epoch, graph_id, b))
+        return ConfigBatch(graph_id, self.collection, self.split, cached.structure,
+                           self.ds.read_configs(graph_id, rows, cached.columns), epoch, 0)
 
-    def _structure(self, graph_id: str) -> tuple[GraphRecord, np.ndarray | None, int]:
-        """(structure, runtimes or None, c_u) of a graph through the LRU of ``structures`` entries."""
+    def _structure(self, graph_id: str) -> _Cached:
+        """What a graph's batches need, through the LRU of ``structures`` entries."""
         if graph_id in self._cache:
             self._cache.move_to_end(graph_id)
             return self._cache[graph_id]
         structure = self.ds.load_graph(graph_id, configs=False)
-        runtimes = self.ds.config_runtimes(graph_id) if STRATEGIES[self.strategy][0] else None
-        if runtimes is not None:
-            runtimes.flags.writeable = False
-        self._cache[graph_id] = (structure, runtimes, structure.num_unique_configs)
+        if structure.kind == "layout":  # small per-config columns from the structure: samples read codes only
+            columns = unique_config_columns(structure)
+            runtimes = columns["runtime"]
+        else:
+            columns = None
+            runtimes = self.ds.config_runtimes(graph_id) if STRATEGIES[self.strategy][0] else None
+            if runtimes is not None:
+                runtimes.flags.writeable = False
+        self._cache[graph_id] = _Cached(structure, columns, runtimes, structure.num_unique_configs)
         while len(self._cache) > self.structures:
             self._cache.popitem(last=False)
         return self._cache[graph_id]
