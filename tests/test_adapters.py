@@ -128,3 +128,16 @@ print("OK", before)
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0 and "OK False" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_the_batches_example_of_readers_md_runs(synth_shards):
+    """docs/examples/batches_tpuprep.py (shown in docs/readers.md) runs as documented."""
+    pytest.importorskip("jax")
+    script = ROOT / "docs" / "examples" / "batches_tpuprep.py"
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, str(script), str(synth_shards), LAYOUT], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("numpy 4 batches of (16, ")
+    assert lines[1] == "torch 3 + 1 batches after a resume" and lines[2] == "jax int8 int64"

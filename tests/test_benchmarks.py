@@ -147,4 +147,5 @@ def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
     res = json.loads(out.read_text())
     assert res["identical"] is True and res["graphs"] == 4 * 4  # 4 layout collections × 4 tiny graphs
     assert res["old_load_graph_s"] > 0 and res["config_batches_s"] > 0 and res["speedup"] > 0
-    assert res["first_epoch_old_s"] > 0 and res["first_epoch_config_batches_s"] > 0
+    assert res["speedup_cpu"] > 0 and res["first_epoch_speedup_wall"] > 0
+    assert len(res["epochs_old_wall_cpu_s"]) == len(res["epochs_config_batches_wall_cpu_s"]) == 2
