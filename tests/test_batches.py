@@ -86,7 +86,8 @@ def test_config_runtimes_equal_load_graph_and_none_on_test(ds, collection):
             assert r.dtype == np.int64 and np.array_equal(r, g.config_runtime)
 
 
-def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
+def _spy_columns(monkeypatch) -> list:
+    """Record the ``columns`` of every ``read_row_groups`` call of the reader (the list returned)."""
     from tpuprep.shards import reader
 
     seen = []
@@ -97,6 +98,11 @@ def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
         return real(pf, path, rgs, columns, use_threads)
 
     monkeypatch.setattr(reader, "read_row_groups", spy)
+    return seen
+
+
+def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
+    seen = _spy_columns(monkeypatch)
     ds.config_runtimes(ds.graph_ids(LAYOUT, "train")[0])
     assert seen and all(c is not None and "codes" not in c for c in seen)
 
@@ -126,22 +132,13 @@ def test_unique_config_columns_refuse_a_misnumbered_inverse(ds):
 
 
 def test_read_configs_with_columns_reads_codes_only_and_gives_the_same_sample(ds, monkeypatch):
-    from tpuprep.shards import reader
-
-    seen = []
-    real = reader.read_row_groups
-
-    def spy(pf, path, rgs, columns=None, use_threads=True):
-        seen.append(columns)
-        return real(pf, path, rgs, columns, use_threads)
-
+    seen = _spy_columns(monkeypatch)
     for gid in ds.graph_ids(LAYOUT):
         rows = np.random.default_rng(2).permutation(ds.num_unique_configs(gid))[:9]
         plain = ds.read_configs(gid, rows)
+        assert "runtime" in seen[-1]
         cols = unique_config_columns(ds.load_graph(gid, configs=False))
-        monkeypatch.setattr(reader, "read_row_groups", spy)
         fast = ds.read_configs(gid, rows, cols)
-        monkeypatch.setattr(reader, "read_row_groups", real)
         assert seen[-1] == ["config_id", "codes"]
         for field in vars(plain):
             x, y = getattr(plain, field), getattr(fast, field)

@@ -19,32 +19,21 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .sampling.batches import ConfigBatches, batch_arrays
+from .sampling.batches import BatchesAdapter, ConfigBatches, batch_arrays
 
 __all__ = ["JaxBatches", "to_jax"]
 
 
-class JaxBatches:
-    """The batches of a ``ConfigBatches`` (one epoch per iteration) as dicts of JAX arrays."""
+class JaxBatches(BatchesAdapter):
+    """The batches of a ``ConfigBatches`` (one epoch per iteration) as dicts of JAX arrays (``len``,
+    ``set_epoch``, ``state_dict``, ``load_state_dict``: ``BatchesAdapter``)."""
 
     def __init__(self, batches: ConfigBatches):
         self.batches = batches
 
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batches.set_epoch(epoch)
-
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch in self.batches:
             yield to_jax(batch_arrays(batch))
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.batches.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batches.load_state_dict(state)
 
 
 def to_jax(arrays: dict[str, Any]) -> dict[str, Any]:

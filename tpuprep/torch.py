@@ -23,24 +23,18 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .sampling.batches import ConfigBatches, batch_arrays
+from .sampling.batches import BatchesAdapter, ConfigBatches, batch_arrays
 
 __all__ = ["ConfigBatchDataset"]
 
 
-class ConfigBatchDataset(IterableDataset):
-    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers."""
+class ConfigBatchDataset(BatchesAdapter, IterableDataset):
+    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers
+    (``len``, ``set_epoch``, ``state_dict(position)``, ``load_state_dict``: ``BatchesAdapter``)."""
 
     def __init__(self, batches: ConfigBatches):
         super().__init__()
         self.batches = batches
-
-    def __len__(self) -> int:
-        """Batches of this rank per epoch (all workers together)."""
-        return len(self.batches)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batches.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -48,14 +42,6 @@ class ConfigBatchDataset(IterableDataset):
             self.batches.set_worker(info.id, info.num_workers)
         for batch in self.batches:
             yield to_tensors(batch_arrays(batch))
-
-    def state_dict(self, position: int | None = None) -> dict[str, Any]:
-        """``ConfigBatches.state_dict``: JSON-able; ``position`` = the last consumed batch's
-        ``batch["position"]`` (needed with DataLoader workers, whose progress this process cannot see)."""
-        return self.batches.state_dict(position)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batches.load_state_dict(state)
 
 
 def to_tensors(arrays: dict[str, Any]) -> dict[str, Any]:

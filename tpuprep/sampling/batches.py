@@ -259,6 +259,28 @@ class ConfigBatches:
         self.epoch, self._start, self._position = epoch, position, position
 
 
+class BatchesAdapter:
+    """What the torch and JAX adapters share: a ``ConfigBatches`` (``self.batches``) whose length, epoch
+    and resume state they pass through."""
+
+    batches: ConfigBatches
+
+    def __len__(self) -> int:
+        """Batches of this rank per epoch (all DataLoader workers together)."""
+        return len(self.batches)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def state_dict(self, position: int | None = None) -> dict[str, Any]:
+        """``ConfigBatches.state_dict``: JSON-able; ``position`` = the last consumed batch's
+        ``batch["position"]`` (needed with DataLoader workers, whose progress this process cannot see)."""
+        return self.batches.state_dict(position)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batches.load_state_dict(state)
+
+
 def batch_arrays(batch: ConfigBatch) -> dict[str, Any]:
     """A batch as a flat dict of NumPy arrays plus ``graph_id`` (str), ``epoch`` and ``position``
     (int): what the torch and JAX adapters convert. Keys: node_feat (n, 140) float32, node_opcode (n,)
