@@ -328,7 +328,7 @@ def test_test_split_supports_only_uniform(ds):
 @pytest.mark.parametrize("kwargs, match", [
     ({"strategy": "best"}, "strategy must be"), ({"k": 0}, "k must be"),
     ({"rank": 2, "world_size": 2}, "rank must be"), ({"batches_per_graph": 0}, "batches_per_graph"),
-    ({"structures": 0}, "structures must be"), ({"graph_ids": ["layout:xla:random:x"]}, "is not in"),
+    ({"structures": 0}, "structures must be"), ({"seed": -1}, "seed must be"), ({"graph_ids": ["layout:xla:random:x"]}, "is not in"),
 ])
 def test_bad_settings_are_refused(ds, kwargs, match):
     with pytest.raises((ValueError, KeyError), match=match):

@@ -116,6 +116,8 @@ class ConfigBatches:
         if batches_per_graph != "sqrt" and (isinstance(batches_per_graph, bool)
                                             or not isinstance(batches_per_graph, int) or batches_per_graph < 1):
             raise ValueError(f"batches_per_graph must be an int ≥ 1 or 'sqrt', got {batches_per_graph!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"seed must be an int ≥ 0, got {seed!r}")
         if not isinstance(structures, int) or structures < 1:
             raise ValueError(f"structures must be an int ≥ 1, got {structures!r}")
         listed = ds.graph_ids(collection, split)
@@ -152,8 +154,9 @@ class ConfigBatches:
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch the next iteration yields. A resume point (``load_state_dict``) is kept when
         ``epoch`` is the resumed epoch, dropped otherwise."""
-        if not isinstance(epoch, int) or epoch < 0:
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
             raise ValueError(f"epoch must be an int ≥ 0, got {epoch!r}")
+        epoch = int(epoch)
         if epoch != self.epoch:
             self._start = 0
         self.epoch = epoch
