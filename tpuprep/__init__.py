@@ -1,7 +1,9 @@
 """tpuprep: exact, fast preprocessing of TpuGraphs into compact Parquet/zstd shards.
 
 Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
-also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``). They are loaded on first use
+also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``), ``ConfigSample`` and
+``ConfigBatches`` (seeded, resumable, sharded batches of sampled configs; ``tpuprep.torch`` and
+``tpuprep.jax`` adapt them). They are loaded on first use
 (module ``__getattr__``), so ``import tpuprep`` — and with it every ``tpuprep`` command — does not pay
 for Numba and pyarrow until something needs them.
 """
@@ -16,18 +18,21 @@ __version__ = "0.1.0"
 _LAZY = {
     "decode_base7": ".kernels.base7",
     "encode_base7": ".kernels.base7",
+    "ConfigBatches": ".sampling.batches",
+    "ConfigSample": ".shards.reader",
     "Dataset": ".shards.reader",
     "GraphRecord": ".shards.reader",
     "open_dataset": ".shards.reader",
     "safe_normalizer": ".shards.reader",
 }
 
-__all__ = ["Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7", "open_dataset",
+__all__ = ["ConfigBatches", "ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7", "open_dataset",
            "safe_normalizer"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports them
     from .kernels.base7 import decode_base7, encode_base7
-    from .shards.reader import Dataset, GraphRecord, open_dataset, safe_normalizer
+    from .sampling.batches import ConfigBatches
+    from .shards.reader import ConfigSample, Dataset, GraphRecord, open_dataset, safe_normalizer
 
 
 def __getattr__(name: str) -> Any:
