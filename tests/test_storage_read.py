@@ -131,6 +131,20 @@ def test_a_missing_bucket_is_one_fatal_line(s3_env):
         tpuprep.open_dataset("s3://tpuprep-no-such-bucket/shards")
 
 
+def test_no_credentials_is_one_fatal_line(remote, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(name, str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import fsspec
+
+    fsspec.filesystem("s3").clear_instance_cache()
+    with pytest.raises(FatalError, match=rf"{remote}/manifest.json: cannot be read: NoCredentialsError"):
+        tpuprep.open_dataset(remote)
+    _one_line_error(_cli("info", remote), f"{remote}/manifest.json: cannot be read")
+
+
 def test_a_prefix_without_a_manifest_is_not_a_finished_build(bucket):
     with pytest.raises(BadShards, match=rf"{bucket}/nothing/manifest.json: missing"):
         tpuprep.open_dataset(f"{bucket}/nothing")

@@ -110,9 +110,10 @@ def missing_bucket(store: Store) -> str | None:
         return None
 
 
-def storage_error(exc: OSError, url: str, store: Store | None = None) -> FatalError:
+def storage_error(exc: Exception, url: str, store: Store | None = None) -> FatalError:
     """One line for an object-store failure on ``url`` (``FatalError``, exit 1): a missing bucket
-    (asked of ``store`` when given), a denied request or another error, named by the URL only (never
+    (asked of ``store`` when given), a denied request or another error (an ``OSError``, or the
+    filesystem library's own, e.g. botocore's ``NoCredentialsError``), named by the URL only (never
     the credentials)."""
     detail = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, PermissionError):

@@ -390,7 +390,9 @@ def _read_remote(store: Store) -> bytes:
             raise storage_error(exc, url, store) from None
         raise BadShards(f"{url}: missing: {store.display} is not a finished tpuprep build (an "
                         "interrupted build is finished with tpuprep build --resume)") from None
-    except OSError as exc:
+    except BadShards:
+        raise
+    except Exception as exc:  # the first request to the store: also no credentials, no endpoint (botocore)
         raise storage_error(exc, url, store) from None
 
 
