@@ -170,7 +170,8 @@ def test_info_verify_and_export_take_a_shard_url(remote, synth_shards, synth_roo
     assert info.stdout.startswith(f"{remote}: schema ") and "tile:xla" in info.stdout
     as_json = _cli("info", "--json", remote)
     assert json.loads(as_json.stdout)["shards"] == tpuprep.open_dataset(synth_shards).manifest["shards"]
-    verify = _cli("verify", "--src", str(synth_root / "npz"), "--dst", remote, "-q")
+    # 2 worker processes: each opens the URL itself (the environment's endpoint and credentials)
+    verify = _cli("verify", "--src", str(synth_root / "npz"), "--dst", remote, "-q", "--workers", "2")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "all exact" in verify.stdout
     for where, out in ((remote, tmp_path / "from-s3"), (str(synth_shards), tmp_path / "from-disk")):
