@@ -255,3 +255,24 @@ def test_a_permission_error_is_one_line_naming_the_url(s3_env, locked, monkeypat
     _one_line_error(_cli("info", url), f"{url}/manifest.json: permission denied")
     _one_line_error(_cli("export", "--shards", url, "--dst-npz", str(tmp_path / "o"), "-q"), "permission denied")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_request_refused_in_the_middle_of_a_read_is_not_called_corruption(remote, monkeypatch):
+    """A GET denied (or a connection lost) after the dataset was opened is the store's one line, not
+    'row group … is corrupt'."""
+    import s3fs
+
+    ds = tpuprep.open_dataset(remote)
+    gid = ds.graph_ids("layout:xla:random")[0]
+    ds.sample_configs(gid, 1)  # footers read; now every GET is refused
+    original = s3fs.S3FileSystem._call_s3
+
+    async def refused(fs, method, *args, **kwargs):
+        if method == "get_object":
+            raise PermissionError("Forbidden")
+        return await original(fs, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", refused)
+    with pytest.raises(FatalError, match=r"s3://.*\.parquet: permission denied") as info:
+        ds.sample_configs(gid, 8, seed=1)
+    assert not isinstance(info.value, BadShards)

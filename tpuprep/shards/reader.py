@@ -56,12 +56,20 @@ def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
         raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
 
 
+_STORE_FAILURES = (PermissionError, ConnectionError, TimeoutError)
+"""Errors of a remote read that say nothing about the shard's bytes (a denied GET, a lost connection):
+the store's one line (``io.storage.storage_error``), never "corrupt". pyarrow re-raises them as they
+came from the file object; a local open file does not raise them."""
+
+
 def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None,
                     use_threads: bool = True) -> pa.Table:
     """Row groups ``rgs`` of an open shard as one table; a failed checksum or bad page → ``BadShards``.
     ``use_threads=False`` for a few small row groups (a thread pool costs more than it saves there)."""
     try:
         return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
+    except _STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         for rg in rgs:  # name the row group at fault
             read_row_group(pf, path, rg, columns)
@@ -72,6 +80,8 @@ def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] |
     """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
     try:
         return pf.read_row_group(rg, columns=columns)
+    except _STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         raise BadShards(f"{path}: row group {rg} is corrupt: {_one_line(exc)}") from None
 
