@@ -3,12 +3,17 @@
 ``python -m benchmarks.remote_reading SHARDS [--samples 10]`` starts moto's S3 server on 127.0.0.1
 (``moto[server]``), uploads the local shard folder SHARDS to a bucket, opens it as ``s3://…`` and
 counts every S3 request s3fs sends (and the bytes of each ranged GET) while it samples 64 configs of
-the graph with the most unique configs, through two ways of opening a remote shard:
+the graph with the most unique configs, through three ways of reading a remote shard:
 
-- ``fsspec-ranged``: what the reader uses, ``Store.open_ranged`` (an fsspec file without read-ahead:
-  one ranged GET per read pyarrow asks for);
+- ``prefetch``: what the reader uses: footers through ``Store.open_ranged`` (an fsspec file without
+  read-ahead: one ranged GET per read), the sampled row groups' column chunks fetched at once and
+  concurrently (``Store.open_prefetched``);
+- ``ranged``: ``Store.open_ranged`` for everything (pyarrow's reads of the sampled row groups one GET
+  after the other);
 - ``arrow-filesystem``: ``pq.ParquetFile(path, filesystem=Store.arrow_filesystem())`` (pyarrow's
   ``PyFileSystem`` over the same fsspec filesystem, whose files read ahead by its block size).
+
+``--latency-ms L`` adds L ms before every S3 request (a store farther away than loopback).
 
 Cold: ``open_dataset`` + the first sample (manifest, shard metadata, footers, the graph's structure
 row group for its tied columns, the sampled row groups). Warm: each further sample (new seed).
@@ -33,9 +38,10 @@ SAMPLE = 64
 class Requests:
     """Counts the S3 calls of s3fs (by operation) and the bytes their ranged GETs asked for."""
 
-    def __init__(self):
+    def __init__(self, latency_ms: float = 0.0):
         self.calls: Counter = Counter()
         self.bytes = 0
+        self.latency = latency_ms / 1000
 
     def install(self) -> None:
         import s3fs
@@ -44,6 +50,9 @@ class Requests:
         me = self
 
         async def counted(fs, method, *args, **kwargs):
+            import asyncio
+
+            await asyncio.sleep(me.latency)
             me.calls[method] += 1
             if method == "get_object" and "Range" in kwargs:
                 lo, hi = kwargs["Range"].split("=")[1].split("-")
@@ -83,15 +92,21 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
     import fsspec
 
     import tpuprep
-    from tpuprep.shards.reader import Dataset, open_parquet
+    from tpuprep.shards.reader import Dataset, open_parquet, read_row_groups
 
     fsspec.filesystem("s3").clear_instance_cache()
+    saved = Dataset.open_shard, Dataset._read_sampled
     if mode == "arrow-filesystem":
         def open_shard(self, path):
             fs = self.store.arrow_filesystem()
             return open_parquet(path, fs.open_input_file(self.store.fs._strip_protocol(path)))
 
-        Dataset.open_shard, saved = open_shard, Dataset.open_shard
+        Dataset.open_shard = open_shard
+    if mode != "prefetch":
+        def read_sampled(self, path, rgs, columns):
+            return read_row_groups(self._parquet(path), path, rgs, columns, use_threads=False)
+
+        Dataset._read_sampled = read_sampled
     try:
         counter.take()
         start = time.perf_counter()
@@ -115,14 +130,14 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
                 "warm_mean_requests": sum(w["requests"] for w in warm) / len(warm),
                 "warm_best_seconds": min(w["seconds"] for w in warm), "warm": warm}
     finally:
-        if mode == "arrow-filesystem":
-            Dataset.open_shard = saved
+        Dataset.open_shard, Dataset._read_sampled = saved
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("shards", type=Path)
     parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
     args = parser.parse_args()
     proc, endpoint = start_moto()
     try:
@@ -133,13 +148,13 @@ def main() -> None:
         fs = fsspec.filesystem("s3")
         fs.mkdir("tpuprep-bench")
         fs.put(f"{args.shards}/", "tpuprep-bench/shards/", recursive=True)
-        counter = Requests()
+        counter = Requests(args.latency_ms)
         counter.install()
         results = [measure("s3://tpuprep-bench/shards", mode, args.samples, counter)
-                   for mode in ("fsspec-ranged", "arrow-filesystem")]
+                   for mode in ("prefetch", "ranged", "arrow-filesystem")]
         for r in results:
             r.pop("warm")
-        print(json.dumps(results, indent=1))
+        print(json.dumps({"latency_ms": args.latency_ms, "results": results}, indent=1))
     finally:
         proc.terminate()
         proc.wait(10)

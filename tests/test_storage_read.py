@@ -276,3 +276,17 @@ def test_a_request_refused_in_the_middle_of_a_read_is_not_called_corruption(remo
     with pytest.raises(FatalError, match=r"s3://.*\.parquet: permission denied") as info:
         ds.sample_configs(gid, 8, seed=1)
     assert not isinstance(info.value, BadShards)
+
+
+def test_a_prefetched_file_serves_its_ranges_and_fetches_the_rest(bucket):
+    from tpuprep.io.storage import resolve
+
+    store = resolve(bucket)
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    with store.open("blob", "wb") as fh:
+        fh.write(data)
+    f = store.open_prefetched(store.url("blob"), [(100, 300), (5000, 5100)], len(data))
+    for start, n in ((100, 200), (150, 10), (5000, 100), (0, 50), (250, 100), (10_200, 100), (4990, 20)):
+        f.seek(start)
+        assert f.read(n) == data[start:start + n], (start, n)
+    assert f.seek(-10, 2) == len(data) - 10 and f.read() == data[-10:]

@@ -14,6 +14,8 @@ written to a manifest.
 
 from __future__ import annotations
 
+import bisect
+import io
 import os
 import posixpath
 import re
@@ -83,11 +85,23 @@ class Store:
         one ranged GET of exactly the bytes asked for (pyarrow's ``pre_buffer`` merges a row group's
         pages into few such reads). ``size`` in bytes, when known, saves a metadata request.
         Measured against ``arrow_filesystem()`` (whose files read ahead up to the filesystem's block
-        size, 50 MiB for s3fs): benchmarks/RESULTS.md §9."""
+        size, 50 MiB for s3fs): benchmarks/RESULTS.md §9. The row groups of a sample are fetched
+        through ``open_prefetched`` instead (the same ranges, concurrently)."""
         if self.is_local:
             return url
         kwargs = {"size": size} if size is not None else {}
         return self.open_url(url, "rb", cache_type="none", **kwargs)
+
+    def open_prefetched(self, url: str, ranges: list[tuple[int, int]], size: int) -> io.RawIOBase:
+        """``url`` (remote, ``size`` bytes) as a read-only file whose byte ``ranges`` [start, end) were
+        fetched at once, concurrently (``fs.cat_ranges``: one ranged GET each, in parallel on async
+        filesystems such as s3fs); a read outside them is one more ranged GET of just that read."""
+        path = self.fs._strip_protocol(url)
+        blocks = self.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
+        for block in blocks:
+            if isinstance(block, BaseException):
+                raise block
+        return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """The same storage as a pyarrow filesystem (for ``pq.ParquetFile`` / ``pq.ParquetWriter``)."""
@@ -96,6 +110,43 @@ class Store:
         if self.is_local:
             return pafs.LocalFileSystem()
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+
+class _Prefetched(io.RawIOBase):
+    """A seekable read-only view of a remote file of which some byte ranges are already in memory
+    (``Store.open_prefetched``); other reads fetch exactly what they ask for."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int, blocks: list[tuple[int, bytes]]):
+        self.fs, self.path, self.size, self.pos = fs, path, size, 0
+        self.blocks = sorted(blocks, key=lambda b: b[0])
+        self.starts = [start for start, _ in self.blocks]
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        end = min(self.pos + len(view), self.size)
+        if end <= self.pos:
+            return 0
+        i = bisect.bisect_right(self.starts, self.pos) - 1
+        if i >= 0 and self.pos + (end - self.pos) <= self.starts[i] + len(self.blocks[i][1]):
+            data = memoryview(self.blocks[i][1])[self.pos - self.starts[i]: end - self.starts[i]]
+        else:
+            data = memoryview(self.fs.cat_file(self.path, start=self.pos, end=end))
+        view[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def missing_bucket(store: Store) -> str | None:

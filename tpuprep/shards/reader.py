@@ -86,6 +86,31 @@ def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] |
         raise BadShards(f"{path}: row group {rg} is corrupt: {_one_line(exc)}") from None
 
 
+def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
+                 gap: int = 8192) -> list[tuple[int, int]]:
+    """The byte ranges [start, end) of the column chunks of ``columns`` in row groups ``rgs`` (pages
+    and their headers, dictionary page first), sorted, ranges less than ``gap`` bytes apart merged
+    (pyarrow's own hole limit for pre-buffered reads)."""
+    spans = []
+    for rg in rgs:
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            if col.path_in_schema.split(".")[0] not in columns:
+                continue
+            start = col.data_page_offset
+            if col.has_dictionary_page and col.dictionary_page_offset:
+                start = min(start, col.dictionary_page_offset)
+            spans.append((start, start + col.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + gap:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
@@ -638,8 +663,7 @@ class Dataset:
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
-            t = read_row_groups(self._parquet(path), path, [groups[i][1] for i in mine],
-                                _SAMPLE_COLUMNS["layout"], use_threads=False)
+            t = self._read_sampled(path, [groups[i][1] for i in mine], _SAMPLE_COLUMNS["layout"])
             base = sum(p.num_rows for p in pieces)
             at = base
             for i in mine:
@@ -662,6 +686,24 @@ class Dataset:
             node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
             np.zeros((0, len(tie), 18), np.int8),
         )
+
+    def _read_sampled(self, path: Path | str, rgs: list[int], columns: list[str]) -> pa.Table:
+        """Row groups ``rgs`` (``columns`` only) of a shard, for a sample. Remotely their column chunks
+        are fetched first, all at once and concurrently (``Store.open_prefetched``), then decoded with
+        page checksums verified as always: a sample costs one round trip, not one per row group."""
+        pf = self._parquet(path)
+        if self.store.is_local:
+            return read_row_groups(pf, path, rgs, columns, use_threads=False)
+        url = str(path)
+        try:
+            source = self.store.open_prefetched(url, chunk_ranges(pf.metadata, rgs, columns),
+                                                self._sizes[url])  # set by shard_path
+        except FileNotFoundError:
+            raise BadShards(f"{url}: the shard does not exist (it did when the dataset was opened)") from None
+        except OSError as exc:
+            raise storage_error(exc, url, self.store) from None
+        part = pq.ParquetFile(source, metadata=pf.metadata, page_checksum_verification=True)
+        return read_row_groups(part, path, rgs, columns, use_threads=False)
 
     def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
         pieces = []
