@@ -111,7 +111,8 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
         counter.take()
         start = time.perf_counter()
         ds = tpuprep.open_dataset(url)
-        gid = max(ds.graph_ids(), key=lambda g: ds.graph_row(g)["num_unique_configs"])
+        layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
+        gid = max(layout, key=lambda g: ds.graph_row(g)["num_unique_configs"])
         counter.take()  # choosing the graph reads the graphs rows: not part of a sample
         ds = tpuprep.open_dataset(url)
         ds.sample_configs(gid, SAMPLE, seed=0)

@@ -290,3 +290,16 @@ def test_a_prefetched_file_serves_its_ranges_and_fetches_the_rest(bucket):
         f.seek(start)
         assert f.read(n) == data[start:start + n], (start, n)
     assert f.seek(-10, 2) == len(data) - 10 and f.read() == data[-10:]
+
+
+def test_the_remote_reading_benchmark_runs(synth_shards, s3_endpoint):
+    """``python -m benchmarks.remote_reading`` (benchmarks/RESULTS.md §9) on the tiny shards: every
+    way of reading is measured, and the reader's own fetches less than the configs shard per sample."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.remote_reading", str(synth_shards), "--samples", "2"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    results = {r["mode"]: r for r in json.loads(out.stdout)["results"]}
+    assert set(results) == {"prefetch", "ranged", "arrow-filesystem"}
+    used = results["prefetch"]
+    assert 0 < used["warm_mean_range_bytes"] < used["configs_shard_bytes"]
