@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 import tpuprep
 from tpuprep.cli import main
-from tpuprep.errors import BadShards, UsageError
+from tpuprep.errors import BadShards, FatalError, UsageError
 from tpuprep.export import export, npz_relpath
 from tpuprep.io.files import sha256_file
 from tpuprep.verify import verify
@@ -277,16 +277,19 @@ def test_verify_does_not_hang_on_a_device_or_fifo(shards, src, kind):
 # --------------------------------------------------------------------------- (4) no URLs
 
 
-def test_a_url_is_refused_even_when_a_folder_of_that_name_exists(synth_shards, tmp_path, monkeypatch):
+def test_a_url_never_reads_a_local_folder_of_that_name(synth_shards, tmp_path, monkeypatch, s3_env):
+    """``s3://bucket/shards`` is the bucket (here a test server without that bucket), never the local
+    folder ``s3:/bucket/shards``; the folder stays reachable as a relative path."""
     monkeypatch.chdir(tmp_path)
     shutil.copytree(synth_shards, tmp_path / "s3:" / "bucket" / "shards")
-    for url in ("s3://bucket/shards", "gs://bucket/shards", "file:///tmp/x", "hf://datasets/x"):
-        with pytest.raises(UsageError, match="not supported"):
+    # "s3:/bucket" is what pathlib makes of "s3://bucket": the same URL (one rule, io.files.looks_like_url)
+    for url in ("s3://bucket/shards", Path("s3://bucket/shards")):
+        with pytest.raises(FatalError, match=r"s3://bucket/shards/manifest.json: the bucket s3://bucket does not"):
             tpuprep.open_dataset(url)
-    # "s3:/bucket" is what pathlib makes of "s3://bucket": refused too (one rule, io.files.looks_like_url);
-    # a local folder of that name is still reachable as a relative path
-    with pytest.raises(UsageError, match="not supported"):
-        tpuprep.open_dataset(Path("s3://bucket/shards"))
+    with pytest.raises(UsageError, match="unknown storage scheme nosuch://"):
+        tpuprep.open_dataset("nosuch://bucket/shards")
+    with pytest.raises(BadShards, match=f"{tmp_path}/nothing/manifest.json: missing"):
+        tpuprep.open_dataset(f"file://{tmp_path}/nothing")  # file:// is a local path
     assert tpuprep.open_dataset("./s3:/bucket/shards").collections
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from .errors import BadShards, UsageError
 from .io.npz_writer import StreamedArray, write_npz
+from .io.storage import scheme_of
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected, split_graph_id
@@ -144,28 +145,36 @@ def selected_graphs(ds: Dataset, collections: Sequence[str] | None,
 
 
 def export(
-    shards: str | Path,
+    shards: str | Path | Dataset,
     dst_npz: str | Path,
     *,
     packed: bool = False,
     collections: Sequence[str] | None = None,
     splits: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    storage_options: dict | None = None,
 ) -> ExportReport:
     """Write every selected graph of the shard folder ``shards`` as ``dst_npz/<tree>/<split>/<stem>.npz``.
+
+    ``shards`` may be a local folder, a URL (``s3://bucket/shards``, opened with ``storage_options``)
+    or an open ``Dataset``; ``dst_npz`` is a local folder.
 
     ``collections`` are collection ids or prefixes (``layout:xla``, ``tile``), ``splits`` split names;
     ``packed`` writes ``node_config_feat`` as (c_u, nc, 3) int32 base-7 codes instead of decoded float32.
     Existing files of the same name are replaced; nothing else in ``dst_npz`` is touched, and nothing
     outside it: a graph id that is not a safe file name raises ``BadShards`` before anything is written.
     """
-    shards, dst = Path(shards).resolve(), Path(dst_npz).resolve()
-    if dst == shards or shards in dst.parents:
-        raise UsageError(f"--dst-npz {dst} must not lie inside the shard folder {shards}")
-    ds = open_dataset(shards)
+    dst = Path(dst_npz).resolve()
+    if isinstance(shards, Dataset):
+        folder = Path(shards.root).resolve() if shards.store.is_local else None
+    else:
+        folder = Path(shards).resolve() if scheme_of(shards) is None else None
+    if folder is not None and (dst == folder or folder in dst.parents):
+        raise UsageError(f"--dst-npz {dst} must not lie inside the shard folder {folder}")
+    ds = shards if isinstance(shards, Dataset) else open_dataset(folder or shards, storage_options)
     ids = selected_graphs(ds, collections, splits)
     if not ids:
-        raise UsageError(f"no graph in {shards} matches collections={collections or 'all'} splits={splits or 'all'}")
+        raise UsageError(f"no graph in {ds.root} matches collections={collections or 'all'} splits={splits or 'all'}")
     report = ExportReport(dst)
     plan = [(gid, npz_relpath(gid, coll, split)) for gid, coll, split in ids]  # every id checked first
     for gid, rel in plan:

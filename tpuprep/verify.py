@@ -54,8 +54,8 @@ from .shards.reader import (
     GraphRecord,
     check_shard_schema,
     open_dataset,
-    open_parquet,
     read_row_group,
+    read_row_groups,
 )
 from .tpugraphs import (
     FEATURE_STATS_COLUMNS,
@@ -415,10 +415,11 @@ def _check_stats(ds: Dataset, moments: dict[str, tuple], collections, problems: 
 # --------------------------------------------------------------------------- shard files
 
 
-def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | None:
-    """The checked file of shard entry ``i`` (inside the folder, regular, bytes and sha256 as listed)."""
+def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | str | None:
+    """The checked file of shard entry ``i`` (inside the folder, regular, bytes and sha256 as listed;
+    remotely an object under the prefix, read through the dataset's store)."""
     shard = ds.manifest["shards"][i]
-    if not os.path.lexists(ds.root / shard["path"]):
+    if ds.store.is_local and not os.path.lexists(ds.root / shard["path"]):
         problems.append(f"{shard['path']}: shard is missing")
         return None
     try:
@@ -427,26 +428,35 @@ def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | None:
         problems.append(str(exc))
         return None
     digest = None
-    with open(path, "rb") as fh:  # fstat: the file hashed is the regular file checked
-        st = os.fstat(fh.fileno())
-        if stat.S_ISREG(st.st_mode) and st.st_size == shard["bytes"]:
-            digest = sha256_stream(fh)[0]
+    if not ds.store.is_local:
+        with ds.store.open_url(str(path), "rb") as fh:  # sequential: the store's read-ahead suits it
+            if fh.size == shard["bytes"]:
+                digest = sha256_stream(fh)[0]
+    else:
+        with open(path, "rb") as fh:  # fstat: the file hashed is the regular file checked
+            st = os.fstat(fh.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size == shard["bytes"]:
+                digest = sha256_stream(fh)[0]
     if digest != shard["sha256"]:
         problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
         return None
     return path
 
 
-def _column(pf, path: Path, name: str) -> pa.ChunkedArray:
-    return pa.chunked_array([read_row_group(pf, path, rg, [name]).column(0)
-                             for rg in range(pf.metadata.num_row_groups)])
+def _column(pf, path: Path | str, name: str) -> pa.ChunkedArray:
+    """Column ``name`` of every row group, in one read (remotely: few ranged GETs, not one per row
+    group); a corrupt page names its row group."""
+    groups = list(range(pf.metadata.num_row_groups))
+    if not groups:
+        return pa.chunked_array([read_row_group(pf, path, rg, [name]).column(0) for rg in groups])
+    return read_row_groups(pf, path, groups, [name]).column(0)
 
 
-def _check_shard_layout(path: Path, shard: dict, problems: list[str], graph_rows: dict,
+def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: list[str], graph_rows: dict,
                         config_rows: dict) -> None:
     """One shard's footer and id columns against its manifest entry; records where graphs live."""
     rel = shard["path"]
-    pf = open_parquet(path)
+    pf = ds.open_shard(path)
     check_shard_schema(pf, path, shard["table"])
     meta = pf.metadata
     for what, got, want in (("rows", meta.num_rows, shard["rows"]), ("row groups", meta.num_row_groups, shard["row_groups"])):
@@ -493,7 +503,7 @@ def _check_shards(ds: Dataset, report: VerifyReport) -> None:
         if path is None:
             continue
         try:
-            _check_shard_layout(path, shard, problems, graph_rows, config_rows)
+            _check_shard_layout(ds, path, shard, problems, graph_rows, config_rows)
         except BadShards as exc:
             problems.append(str(exc))
     listed: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -525,15 +535,16 @@ def _check_shards(ds: Dataset, report: VerifyReport) -> None:
 
 
 _OPEN: dict[str, Dataset] = {}
-"""Datasets a verify worker process has opened, by folder (one per process, reused across graphs)."""
+"""Datasets a verify worker process has opened, by folder or URL (one per process, reused across graphs)."""
 
 
-def verify_input(ds: Dataset | str, inp: InputFile, entry: dict) -> tuple[list[str], tuple | None, bool]:
-    """Check one converted input against its graph in ``ds`` (a ``Dataset``, or a shard folder a worker
-    process opens once): (problems, the graph's feature moments if it is a train graph, whether it was
-    checked — False when the input changed since the build)."""
+def verify_input(ds: Dataset | str, inp: InputFile, entry: dict,
+                 storage_options: dict | None = None) -> tuple[list[str], tuple | None, bool]:
+    """Check one converted input against its graph in ``ds`` (a ``Dataset``, or a shard folder or URL
+    a worker process opens once, with ``storage_options``): (problems, the graph's feature moments if
+    it is a train graph, whether it was checked — False when the input changed since the build)."""
     if not isinstance(ds, Dataset):
-        ds = _OPEN.get(ds) or _OPEN.setdefault(ds, open_dataset(ds))
+        ds = _OPEN.get(ds) or _OPEN.setdefault(ds, open_dataset(ds, storage_options))
     problems: list[str] = []
     sha = sha256_file(inp.path)
     if sha != entry["sha256"]:
@@ -566,8 +577,9 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
 
     runner = make_runner(workers)
     try:
-        futures = [runner.submit(verify_input, str(ds.root), inp, entry, paths=(inp.path, ds.root))
-                   for inp, entry in todo]
+        local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
+        futures = [runner.submit(verify_input, str(ds.root), inp, entry, ds.storage_options,
+                                 paths=(inp.path, *local)) for inp, entry in todo]
         index = {id(f): k for k, f in enumerate(futures)}
         results: dict[int, tuple] = {}
         for fut in runner.as_completed(futures):
@@ -582,11 +594,14 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
 
 def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
            collection: str | None = None, split: str | None = None,
-           progress: Progress | None = None, workers: int = 1) -> VerifyReport:
+           progress: Progress | None = None, workers: int = 1,
+           storage_options: dict | None = None) -> VerifyReport:
     """Verify the manifest, every shard and every graph of ``dst`` against the inputs under ``src``.
 
     ``collection``/``split``: ``src`` is a plain file or flat folder built with them (``build``'s
     arguments of the same names); only what the build holds for them is expected under ``src``.
+    ``dst`` may be a URL (``s3://bucket/shards``, opened with ``storage_options``): the shard-side
+    checks are the same, each shard read through the store; the inputs under ``src`` stay local.
 
     ``progress(event, info)``: ``"discovered"`` ``{"inputs": [InputFile ...], "refused": []}`` once,
     then ``"file"`` ``{"path", "bytes", "status": "ok"}`` per input checked (the build's events).
@@ -595,8 +610,8 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     else found wrong is a line of ``report.problems``.
     """
     report = VerifyReport()
-    ds = open_dataset(dst)
-    problem = validate_schema(ds.manifest, ds.root / MANIFEST)
+    ds = open_dataset(dst, storage_options)
+    problem = validate_schema(ds.manifest, ds.manifest_path)
     if problem:
         report.problems.append(problem)
     _check_shards(ds, report)

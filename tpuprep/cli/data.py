@@ -36,20 +36,42 @@ def _recount(dst: Path, manifest: dict) -> dict:
     return manifest | {"collections": collections}
 
 
+class ShardFolder(click.ParamType):
+    """A shard folder: an existing local directory (``Path``, checked as ``click.Path`` checks it) or a
+    URL (``s3://bucket/shards``: ``str``, resolved once by the command through ``io.storage``)."""
+
+    name = "folder or URL"
+    _local = click.Path(exists=True, file_okay=False, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        from ..io.files import looks_like_url
+
+        if isinstance(value, str) and looks_like_url(value):
+            return value
+        return self._local.convert(value, param, ctx)
+
+
+SHARD_FOLDER = ShardFolder()
+
+
 @main.command()
-@click.argument("dst", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("dst", type=SHARD_FOLDER)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the manifest without its inputs as one JSON document (docs/cli.md).")
 @click.option("--from-shards", is_flag=True,
               help="Recount the per-collection and per-split table from the shards (a polars scan) "
                    "instead of reading the manifest's counts; slower (docs/cli.md).")
 def info(dst, as_json, from_shards) -> None:
-    """Describe a shard folder."""
+    """Describe a shard folder (a local folder or a URL such as s3://bucket/shards)."""
+    from ..io.storage import resolve
     from ..shards.manifest import read_manifest
 
     if as_json:
         json_errors()
-    m = read_manifest(dst)  # BadShards (one line, exit 1) for a folder that is not a finished build
+    store = resolve(dst, what="DST")
+    if store.is_local:
+        store = dst
+    m = read_manifest(store)  # BadShards (one line, exit 1) for a folder that is not a finished build
     if from_shards:
         m = _recount(dst, m)
     if as_json:
@@ -66,7 +88,7 @@ def info(dst, as_json, from_shards) -> None:
 @main.command()
 @click.option("--src", required=True, type=click.Path(exists=True, path_type=Path),
               help="The --src of the build: a TpuGraphs tree or a part of it, or a file or flat folder.")
-@click.option("--dst", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--dst", required=True, type=SHARD_FOLDER, help="The shard folder (or its URL).")
 @click.option("--collections", default=None)
 @click.option("--splits", default=None)
 @click.option("--collection", default=None, help="As given to the build (a --src outside a TpuGraphs tree).")
@@ -79,7 +101,7 @@ def info(dst, as_json, from_shards) -> None:
 @click.option("--log-file", default=None, type=click.Path(dir_okay=False),
               help="Also append progress lines, the result and errors here.")
 def verify(src, dst, collections, splits, collection, split, workers, quiet, as_json, log_file) -> None:
-    """Prove that the shards in DST reconstruct the inputs in SRC exactly."""
+    """Prove that the shards in DST (a folder or URL) reconstruct the inputs in SRC exactly."""
     import time
 
     from ..verify import verify as run_verify
@@ -113,8 +135,8 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
 
 
 @main.command("export")
-@click.option("--shards", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A shard folder written by `tpuprep build` (with its manifest.json).")
+@click.option("--shards", required=True, type=SHARD_FOLDER,
+              help="A shard folder written by `tpuprep build` (with its manifest.json), or its URL.")
 @click.option("--dst-npz", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output root: files go to DIR/<layout|tile>/.../<split>/<stem>.npz.")
 @click.option("--packed", is_flag=True,
@@ -122,7 +144,7 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
 @click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
 @click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | None, splits: str | None,
+def export_cmd(shards: Path | str, dst_npz: Path, packed: bool, collections: str | None, splits: str | None,
                quiet: bool) -> None:
     """Write the preprocessed graphs back as TpuGraphs-style .npz files (pruned, re-padded, deduplicated)."""
     from .. import open_dataset
@@ -130,11 +152,13 @@ def export_cmd(shards: Path, dst_npz: Path, packed: bool, collections: str | Non
 
     bar = None
     try:
+        source = shards if isinstance(shards, Path) else open_dataset(shards)  # a URL: resolved once
         if not quiet:
-            total = len(selected_graphs(open_dataset(shards), comma_list(collections), comma_list(splits)))
+            ds = source if not isinstance(source, Path) else open_dataset(source)
+            total = len(selected_graphs(ds, comma_list(collections), comma_list(splits)))
             bar = click.progressbar(length=total, label="exporting", file=sys.stderr, show_pos=True)
             bar.__enter__()
-        report = export(shards, dst_npz, packed=packed, collections=comma_list(collections), splits=comma_list(splits),
+        report = export(source, dst_npz, packed=packed, collections=comma_list(collections), splits=comma_list(splits),
                         progress=(lambda _rel: bar.update(1)) if bar else None)
     finally:
         if bar is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import BadShards
 from ..faults import checkpoint
 from ..io.files import write_json_atomic
+from ..io.storage import Store, missing_bucket, storage_error
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
 from .layout import MANIFEST, SHARD_NAME
@@ -324,10 +325,31 @@ def validate_schema(m: dict, path: Path) -> str | None:
     return f"{path}: {address or '<top level>'}: does not conform to schemas/manifest.schema.json: {message}"
 
 
-def read_manifest(root: str | Path) -> dict:
+def read_manifest(root: str | Path | Store) -> dict:
     """Read and check ``<root>/manifest.json`` (``check_manifest``). Raises ``BadShards`` — one line
     naming the file and what is wrong — when it is missing, not a regular file, not JSON, or fails the
-    check."""
+    check. ``root`` may be a ``Store`` (``io.storage.resolve``): a remote one is read through its
+    filesystem, with a missing bucket or a denied read a ``FatalError`` naming the URL."""
+    if isinstance(root, Store) and not root.is_local:
+        path, data = root.url(MANIFEST), _read_remote(root)
+    else:
+        root = root.root if isinstance(root, Store) else root
+        path, data = Path(root) / MANIFEST, _read_local(root)
+    try:
+        m = json.loads(data, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise BadShards(f"{path}: is not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise BadShards(f"{path}: is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise BadShards(f"{path}: is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadShards(f"{path}: is not a manifest: nested too deeply") from None
+    return check_manifest(m, path)
+
+
+def _read_local(root: str | Path) -> bytes:
+    """The bytes of the local ``<root>/manifest.json`` (a regular file of plausible size)."""
     path = Path(root) / MANIFEST
     try:  # O_NONBLOCK: a FIFO in its place must not block; fstat: the file read is the file checked
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -343,22 +365,35 @@ def read_manifest(root: str | Path) -> dict:
         if st.st_size > MAX_MANIFEST_BYTES:
             raise BadShards(f"{path}: {st.st_size} bytes is implausibly large for a manifest")
         with open(os.dup(fd), "rb") as fh:
-            data = fh.read(MAX_MANIFEST_BYTES + 1)
+            return fh.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise BadShards(f"{path}: cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def _read_remote(store: Store) -> bytes:
+    """The bytes of ``manifest.json`` under a remote store (an object of plausible size). A missing
+    manifest is ``BadShards`` (not a finished build); a missing bucket or a denied request is the
+    store's one-line ``FatalError``."""
+    url = store.url(MANIFEST)
     try:
-        m = json.loads(data, parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise BadShards(f"{path}: is not UTF-8 text (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise BadShards(f"{path}: is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except ValueError as exc:
-        raise BadShards(f"{path}: is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise BadShards(f"{path}: is not a manifest: nested too deeply") from None
-    return check_manifest(m, path)
+        info = store.fs.info(store.path(MANIFEST))
+        if info.get("type") != "file":
+            raise BadShards(f"{url}: is not a file")
+        if (info.get("size") or 0) > MAX_MANIFEST_BYTES:
+            raise BadShards(f"{url}: {info['size']} bytes is implausibly large for a manifest")
+        with store.open(MANIFEST, "rb") as fh:
+            return fh.read(MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError as exc:
+        if missing_bucket(store):
+            raise storage_error(exc, url, store) from None
+        raise BadShards(f"{url}: missing: {store.display} is not a finished tpuprep build (an "
+                        "interrupted build is finished with tpuprep build --resume)") from None
+    except BadShards:
+        raise
+    except Exception as exc:  # the first request to the store: also no credentials, no endpoint (botocore)
+        raise storage_error(exc, url, store) from None
 
 
 def _no_constant(name: str) -> None:

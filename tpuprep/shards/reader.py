@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import BadShards, UsageError
-from ..io.files import looks_like_url
+from ..errors import BadShards
+from ..io.storage import Store, resolve, scheme_of, storage_error
 from ..kernels.base7 import decode_base7
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
@@ -43,12 +43,24 @@ if TYPE_CHECKING:
     import polars as pl
 
 
-def open_parquet(path: Path) -> pq.ParquetFile:
-    """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet)."""
+def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
+    """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet).
+    ``source``: what to read instead of ``path`` (a remote shard's file object,
+    ``Store.open_ranged``); ``path`` then only names it, and a denied read is the store's one line."""
     try:
-        return pq.ParquetFile(path, page_checksum_verification=True)
+        return pq.ParquetFile(path if source is None else source, page_checksum_verification=True)
+    except PermissionError as exc:
+        if source is None:
+            raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
+        raise storage_error(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
+
+
+_STORE_FAILURES = (PermissionError, ConnectionError, TimeoutError)
+"""Errors of a remote read that say nothing about the shard's bytes (a denied GET, a lost connection):
+the store's one line (``io.storage.storage_error``), never "corrupt". pyarrow re-raises them as they
+came from the file object; a local open file does not raise them."""
 
 
 def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None,
@@ -57,6 +69,8 @@ def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: lis
     ``use_threads=False`` for a few small row groups (a thread pool costs more than it saves there)."""
     try:
         return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
+    except _STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         for rg in rgs:  # name the row group at fault
             read_row_group(pf, path, rg, columns)
@@ -67,8 +81,35 @@ def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] |
     """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
     try:
         return pf.read_row_group(rg, columns=columns)
+    except _STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         raise BadShards(f"{path}: row group {rg} is corrupt: {_one_line(exc)}") from None
+
+
+def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
+                 gap: int = 8192) -> list[tuple[int, int]]:
+    """The byte ranges [start, end) of the column chunks of ``columns`` in row groups ``rgs`` (pages
+    and their headers, dictionary page first), sorted, ranges less than ``gap`` bytes apart merged
+    (pyarrow's own hole limit for pre-buffered reads)."""
+    spans = []
+    for rg in rgs:
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            if col.path_in_schema.split(".")[0] not in columns:
+                continue
+            start = col.data_page_offset
+            if col.has_dictionary_page and col.dictionary_page_offset:
+                start = min(start, col.dictionary_page_offset)
+            spans.append((start, start + col.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + gap:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _one_line(exc: BaseException) -> str:
@@ -323,13 +364,13 @@ class _ShardIndex:
     """Where each graph of one (collection, split) lives: graphs row and configs row groups.
 
     ``shards``: (path, table) of the collection's and split's shards, paths already confined to the
-    dataset folder."""
+    dataset folder; ``opener(path)`` opens one (``Dataset.open_shard``)."""
 
-    def __init__(self, shards: list[tuple[Path, str]]):
+    def __init__(self, shards: list[tuple[Path, str]], opener=open_parquet):
         self.graph_rows: dict[str, tuple[Path, int, int]] = {}
         self.config_groups: list[tuple[str, str, Path, int]] = []  # (min id, max id, shard, row group)
         for path, table in shards:
-            pf = open_parquet(path)
+            pf = opener(path)
             check_shard_schema(pf, path, table)
             if table.endswith("_graphs"):
                 for rg in range(pf.metadata.num_row_groups):
@@ -363,15 +404,24 @@ class _ShardIndex:
 
 
 class Dataset:
-    """A folder of tpuprep shards, described by its ``manifest.json``."""
+    """A folder of tpuprep shards, described by its ``manifest.json``: a local folder or a prefix in
+    object storage (``s3://bucket/shards``; ``store`` is where it lives, ``io.storage.Store``).
 
-    def __init__(self, root: str | Path, cache_row_groups: int = 4):
-        if looks_like_url(root):
-            raise UsageError(f"{root}: object stores and URLs are not supported yet; "
-                             "copy the shard folder to a local disk and open that")
-        self.root = Path(root)
-        self.manifest = read_manifest(self.root)
-        self._real_root = self.root.resolve()
+    ``root`` is the folder (``Path``) locally and the URL (``str``, no credentials) remotely;
+    ``storage_options`` are those the store was resolved with (for processes that open it again)."""
+
+    def __init__(self, root: str | Path, cache_row_groups: int = 4, storage_options: dict | None = None):
+        self.store: Store = resolve(root, storage_options, what="shard folder")
+        self.storage_options = storage_options
+        if self.store.is_local:  # a local folder keeps the name it was given (file:// → its path)
+            self.root: Path | str = Path(root) if scheme_of(root) is None else Path(self.store.root)
+        else:
+            self.root = self.store.url()
+        self.manifest_path: Path | str = self.root / MANIFEST if self.store.is_local \
+            else self.store.url(MANIFEST)
+        self.manifest = read_manifest(self.root if self.store.is_local else self.store)
+        self._real_root = Path(self.root).resolve() if self.store.is_local else None
+        self._sizes: dict[str, int] = {}
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
@@ -425,14 +475,15 @@ class Dataset:
         """The graph's grouped K-fold id (K = the build's --folds)."""
         return graph_fold(graph_id, self.manifest["options"]["folds"])
 
-    def shard_path(self, i: int) -> Path:
+    def shard_path(self, i: int) -> Path | str:
         """The file of ``manifest["shards"][i]``, confined to the dataset folder: a relative POSIX path
-        without ``..`` that resolves (symbolic links followed) inside the folder to a regular file.
+        without ``..`` that resolves (symbolic links followed) inside the folder to a regular file;
+        remotely the URL of an object (not a prefix) under the dataset's prefix.
         Anything else is ``BadShards`` naming the manifest entry."""
         rel = self.manifest["shards"][i]["path"]
 
         def bad(problem: str) -> BadShards:
-            return BadShards(f"{self.root / MANIFEST}: shards[{i}].path {rel!r}: {problem}")
+            return BadShards(f"{self.manifest_path}: shards[{i}].path {rel!r}: {problem}")
 
         pure = PurePosixPath(rel) if isinstance(rel, str) else None
         if pure is None or not rel or "\\" in rel or "\0" in rel:
@@ -441,6 +492,8 @@ class Dataset:
             raise bad("is an absolute path; shard paths are relative to the manifest's folder")
         if ".." in pure.parts:
             raise bad("contains '..'; shard paths must stay inside the shard folder")
+        if not self.store.is_local:
+            return self._remote_shard(str(pure), bad)
         try:
             real = (self._real_root / pure).resolve(strict=True)
         except FileNotFoundError:
@@ -453,12 +506,45 @@ class Dataset:
             raise bad("is not a regular file")
         return real
 
+    def _remote_shard(self, rel: str, bad) -> str:
+        """The URL of the remote shard ``rel`` (a checked relative path): an object, not a prefix;
+        its size is kept for ``open_shard``. A denied request is the store's one-line error."""
+        url = self.store.url(rel)
+        try:
+            info = self.store.fs.info(self.store.path(rel))
+        except FileNotFoundError:
+            raise bad("the file does not exist") from None
+        except OSError as exc:
+            raise storage_error(exc, url, self.store) from None
+        if info.get("type") != "file":
+            raise bad("is not a file")
+        self._sizes[url] = int(info["size"])
+        return url
+
+    def shard_size(self, i: int) -> int:
+        """Bytes of the file of ``manifest["shards"][i]`` as stored now (``shard_path`` checks it)."""
+        path = self.shard_path(i)
+        return os.stat(path).st_size if self.store.is_local else self._sizes[str(path)]
+
+    def open_shard(self, path: Path | str) -> pq.ParquetFile:
+        """A shard (a path from ``shard_path``) opened for reading with page checksums verified;
+        remotely through ``Store.open_ranged``: footer and row groups are ranged GETs."""
+        if self.store.is_local:
+            return open_parquet(path)
+        try:
+            source = self.store.open_ranged(str(path), self._sizes.get(str(path)))
+        except FileNotFoundError:
+            raise BadShards(f"{path}: the shard does not exist (it did when the dataset was opened)") from None
+        except OSError as exc:
+            raise storage_error(exc, str(path), self.store) from None
+        return open_parquet(path, source)
+
     def _index(self, collection: str, split: str) -> _ShardIndex:
         key = (collection, split)
         if key not in self._indexes:
             shards = [(self.shard_path(i), s["table"]) for i, s in enumerate(self.manifest["shards"])
                       if s["collection"] == collection and s["split"] == split]
-            self._indexes[key] = _ShardIndex(shards)
+            self._indexes[key] = _ShardIndex(shards, open_parquet if self.store.is_local else self._parquet)
         return self._indexes[key]
 
     def _row_group(self, path: Path, rg: int) -> pa.Table:
@@ -466,7 +552,8 @@ class Dataset:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        table = read_row_group(open_parquet(path), path, rg)
+        pf = open_parquet(path) if self.store.is_local else self._parquet(path)  # remote: footer once
+        table = read_row_group(pf, path, rg)
         self._cache[key] = table
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -479,7 +566,7 @@ class Dataset:
         collection, split = self._graphs[graph_id]
         index = self._index(collection, split)
         if graph_id not in index.graph_rows:
-            raise BadShards(f"{self.root / MANIFEST}: graph {graph_id!r} is listed, but no {split} graphs "
+            raise BadShards(f"{self.manifest_path}: graph {graph_id!r} is listed, but no {split} graphs "
                             f"shard of {collection} holds it")
         path, rg, row = index.graph_rows[graph_id]
         return index, path, self._row_group(path, rg), row
@@ -576,7 +663,7 @@ class Dataset:
     def _parquet(self, path: Path) -> pq.ParquetFile:
         """An open shard, kept open for later sampled reads (footer parsed once)."""
         if path not in self._files:
-            self._files[path] = open_parquet(path)
+            self._files[path] = self.open_shard(path)
         return self._files[path]
 
     def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
@@ -700,9 +787,8 @@ class Dataset:
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
-            t = read_row_groups(self._parquet(path), path, [groups[i][1] for i in mine],
-                                ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"],
-                                use_threads=False)
+            t = self._read_sampled(path, [groups[i][1] for i in mine],
+                                   ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"])
             base = sum(p.num_rows for p in pieces)
             at = base
             for i in mine:
@@ -736,6 +822,24 @@ class Dataset:
             np.zeros((0, len(tie), 18), np.int8),
         )
 
+    def _read_sampled(self, path: Path | str, rgs: list[int], columns: list[str]) -> pa.Table:
+        """Row groups ``rgs`` (``columns`` only) of a shard, for a sample. Remotely their column chunks
+        are fetched first, all at once and concurrently (``Store.open_prefetched``), then decoded with
+        page checksums verified as always: a sample costs one round trip, not one per row group."""
+        pf = self._parquet(path)
+        if self.store.is_local:
+            return read_row_groups(pf, path, rgs, columns, use_threads=False)
+        url = str(path)
+        try:
+            source = self.store.open_prefetched(url, chunk_ranges(pf.metadata, rgs, columns),
+                                                self._sizes[url])  # set by shard_path
+        except FileNotFoundError:
+            raise BadShards(f"{url}: the shard does not exist (it did when the dataset was opened)") from None
+        except OSError as exc:
+            raise storage_error(exc, url, self.store) from None
+        part = pq.ParquetFile(source, metadata=pf.metadata, page_checksum_verification=True)
+        return read_row_groups(part, path, rgs, columns, use_threads=False)
+
     def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]],
                      choose: Callable[[int], np.ndarray]) -> ConfigSample:
         pieces = []
@@ -761,7 +865,8 @@ class Dataset:
         return {f.name: g.column(f.name)[row].as_py() for f in g.schema
                 if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
 
-    def scan(self, table: str, collection: str, split: str | None = None) -> pl.LazyFrame:
+    def scan(self, table: str, collection: str, split: str | None = None,
+             storage_options: dict | None = None) -> pl.LazyFrame:
         """A lazy polars frame over the ``table`` shards (``"graphs"``: one row per graph, ``"configs"``:
         one row per unique config) of ``collection``, one split or all, plus a ``split`` column.
 
@@ -770,7 +875,14 @@ class Dataset:
         Columns are those of ``docs/schema.md`` (runtimes int64 ns; ``codes`` binary). Each shard is
         confined to the folder and its schema checked as in ``load_graph``; page checksums are not
         verified by polars (``load_graph`` and ``tpuprep verify`` do). ``ValueError`` for another
-        ``table``, ``KeyError`` for an unknown collection or split."""
+        ``table``, ``KeyError`` for an unknown collection or split.
+
+        Remote datasets: polars reads the shard URLs with its own object-store client, not the
+        dataset's fsspec filesystem. It takes endpoint and credentials from the standard environment
+        variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, …) or from ``storage_options`` given
+        here in *polars'* spelling (``{"aws_endpoint_url": ..., "aws_region": ...}``, see
+        ``polars.scan_parquet``); the fsspec ``storage_options`` of ``open_dataset`` are not
+        translated. Locally ``storage_options`` is ignored."""
         import polars as pl
 
         if table not in ("graphs", "configs"):
@@ -786,11 +898,13 @@ class Dataset:
             paths = [self.shard_path(i) for i, e in enumerate(self.manifest["shards"])
                      if e["collection"] == collection and e["split"] == s and e["table"] == name]
             for path in paths:
-                check_shard_schema(open_parquet(path), path, name)
+                check_shard_schema(self.open_shard(path), path, name)
             if paths:
-                frames.append(pl.scan_parquet([str(p) for p in paths]).with_columns(split=pl.lit(s)))
+                options = {} if self.store.is_local or storage_options is None else \
+                    {"storage_options": storage_options}
+                frames.append(pl.scan_parquet([str(p) for p in paths], **options).with_columns(split=pl.lit(s)))
         if not frames:
-            raise BadShards(f"{self.root / MANIFEST}: lists no {table} shards of {collection}")
+            raise BadShards(f"{self.manifest_path}: lists no {table} shards of {collection}")
         return pl.concat(frames) if len(frames) > 1 else frames[0]
 
     def counts(self, collection: str) -> dict[str, dict[str, int]]:
@@ -814,7 +928,7 @@ class Dataset:
         out: dict[str, dict[str, int]] = {}
         for split in self.splits(collection):
             row = rows.get(split, {"graphs": 0} | dict.fromkeys(sums, 0))
-            on_disk = sum(self.shard_path(i).stat().st_size for i, e in enumerate(self.manifest["shards"])
+            on_disk = sum(self.shard_size(i) for i, e in enumerate(self.manifest["shards"])
                           if e["collection"] == collection and e["split"] == split)
             out[split] = {k: on_disk if k == "bytes_out" else int(row[k]) for k in COUNT_FIELDS}
         return out
@@ -825,10 +939,18 @@ class Dataset:
             yield self.load_graph(gid)
 
 
-def open_dataset(path: str | Path) -> Dataset:
-    """Open a shard folder written by ``tpuprep build`` (reads and checks its manifest.json).
+def open_dataset(path: str | Path, storage_options: dict | None = None) -> Dataset:
+    """Open a shard folder written by ``tpuprep build`` (reads and checks its manifest.json): a local
+    folder or a URL (``s3://bucket/shards``, ``gs://…``, any fsspec protocol) read with the same checks.
+
+    ``storage_options`` go to the fsspec filesystem of a URL (e.g. ``{"anon": True}`` or
+    ``{"endpoint_url": ...}`` for s3fs); without them endpoint and credentials come from the standard
+    sources (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, …). Sampled reads of a remote dataset fetch
+    the footers once, then only the byte ranges of the row groups they need.
 
     Raises ``BadShards`` for a folder that cannot be trusted (no, malformed or foreign manifest, unknown
-    format or major schema version) and ``UsageError`` for a URL (object stores are not supported yet).
+    format or major schema version, a shard path leaving the folder or prefix), ``FatalError`` for a
+    missing bucket or a denied request (one line naming the URL) and ``UsageError`` for an unknown
+    scheme or a missing filesystem package (e.g. ``pip install 'tpuprep[s3]'``).
     """
-    return Dataset(path)
+    return Dataset(path, storage_options=storage_options)
