@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import BadShards
 from ..faults import checkpoint
 from ..io.files import write_json_atomic
+from ..io.storage import Store
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
 from .layout import MANIFEST, SHARD_NAME
@@ -43,6 +44,14 @@ def library_versions() -> dict[str, str]:
 def write_manifest(dst: Path, manifest: dict) -> None:
     """Write ``<dst>/manifest.json`` atomically and durably: the last file of a build."""
     write_json_atomic(Path(dst) / MANIFEST, manifest, before_rename=lambda: checkpoint("manifest"))
+
+
+def write_manifest_to_store(store: Store, manifest: dict) -> None:
+    """``write_manifest`` in an object store: one whole object (visible only when complete), the same
+    bytes as a local manifest, the last object of a build."""
+    data = (json.dumps(manifest, indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    checkpoint("manifest")
+    store.write_bytes(MANIFEST, data)
 
 
 def _empty_counts() -> dict[str, int]:
