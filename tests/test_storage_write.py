@@ -75,6 +75,23 @@ def test_build_to_a_bucket_is_byte_identical_to_a_local_build(bucket, tiny_src, 
     assert not Path("s3:").exists() and not Path("s3:/").exists()  # never a local folder named s3:
 
 
+def test_local_worker_processes_write_to_the_bucket(bucket, tiny_src, reference):
+    from tpuprep.runners import make_runner
+
+    url = f"{bucket}/processes"
+    runner = make_runner(2)
+    try:
+        build(tiny_src, url, runner=runner)
+    finally:
+        runner.close()
+    assert objects(url) == tree_bytes(reference)
+
+
+def test_a_file_url_is_a_local_folder(tmp_path, tiny_src, reference):
+    build(tiny_src, f"file://{tmp_path}/out")
+    assert tree_bytes(tmp_path / "out") == tree_bytes(reference)
+
+
 def test_cli_build_to_a_bucket_and_refusals(bucket, tiny_src, reference):
     url = f"{bucket}/cli"
     done = run_cli("build", "--src", str(tiny_src), "--dst", url, "-q")

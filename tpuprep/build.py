@@ -35,7 +35,7 @@ from .errors import BadInput, FatalError, UsageError
 from .faults import checkpoint
 from .inputs import InputFile, check_selection, discover, inventory, open_input
 from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
-from .io.storage import Store, resolve
+from .io.storage import Store, resolve, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
@@ -430,7 +430,7 @@ def build(
     """
     opts = opts or BuildOptions()
     if str(dst) and looks_like_url(dst):
-        store = resolve(dst, storage_options, what="--dst")
+        store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
         if not store.is_local:
             return _build_to_store(src, store, opts, collections=collections, splits=splits, runner=runner,
                                    resume=resume, overwrite=overwrite, dry_run=dry_run, progress=progress)
