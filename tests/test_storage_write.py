@@ -94,6 +94,9 @@ def test_a_file_url_is_a_local_folder(tmp_path, tiny_src, reference):
 
 def test_cli_build_to_a_bucket_and_refusals(bucket, tiny_src, reference):
     url = f"{bucket}/cli"
+    dry = run_cli("build", "--src", str(tiny_src), "--dst", url, "--dry-run")
+    assert dry.returncode == 0 and "would convert" in dry.stdout, dry.stderr
+    assert objects(url) == {}  # a dry run writes nothing, not even the lock
     done = run_cli("build", "--src", str(tiny_src), "--dst", url, "-q")
     assert done.returncode == 0, done.stderr
     assert objects(url) == tree_bytes(reference)

@@ -429,23 +429,28 @@ def build(
     A missing bucket or a refused request to the store is a FatalError naming the URL.
     """
     opts = opts or BuildOptions()
+    store = None
     if str(dst) and looks_like_url(dst):
         store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
-        if not store.is_local:
-            return _build_to_store(src, store, opts, collections=collections, splits=splits, runner=runner,
-                                   resume=resume, overwrite=overwrite, dry_run=dry_run, progress=progress)
-        dst = store.root
-    src, dst = check_paths(src, dst)
+        if store.is_local:  # file://
+            dst, store = store.root, None
+    if store is None:
+        src, dst = check_paths(src, dst)
+    else:
+        src = check_source(src)
     check_selection(collections, splits)
     notify = progress or (lambda event, info: None)
     inputs, refused = discover(src, collections, splits)
     if not inputs:
         _no_inputs(src, collections, splits, refused)
     refused_records = [_refused_record(e, src) for e in refused]
+    plan = _Plan(src, opts, inputs, refused_records, runner, notify)
+    if store is not None:
+        return _build_to_store(plan, store, collections, splits, resume=resume, overwrite=overwrite,
+                               dry_run=dry_run)
     inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:
-        notify("discovered", {"inputs": [], "refused": refused_records})
-        return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
+        return plan.dry_run()
     dst.mkdir(parents=True, exist_ok=True)
     with DestinationLock.acquire(dst):
         contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
@@ -480,26 +485,34 @@ def _store_problem(store: Store, exc: OSError) -> str:
     return f"the store cannot be reached ({text})"
 
 
-def _build_to_store(src: str | Path, store: Store, opts: BuildOptions, *, collections: list[str] | None,
-                    splits: list[str] | None, runner, resume: bool, overwrite: bool, dry_run: bool,
-                    progress: Progress | None) -> BuildReport:
+@dataclass
+class _Plan:
+    """What a build converts, decided before ``dst`` is touched."""
+
+    src: Path
+    opts: BuildOptions
+    inputs: list[InputFile]
+    refused_records: list[dict]
+    runner: object
+    notify: Progress
+
+    def dry_run(self) -> BuildReport:
+        self.notify("discovered", {"inputs": [], "refused": self.refused_records})
+        return BuildReport({"inputs": [i.relpath for i in self.inputs]}, self.refused_records, dry_run=True)
+
+
+def _build_to_store(plan: _Plan, store: Store, collections: list[str] | None, splits: list[str] | None, *,
+                    resume: bool, overwrite: bool, dry_run: bool) -> BuildReport:
     """``build`` into an object store: the same checks, lock (``StoreLock``) and steps."""
-    src = check_source(src)
-    check_selection(collections, splits)
-    notify = progress or (lambda event, info: None)
-    inputs, refused = discover(src, collections, splits)
-    if not inputs:
-        _no_inputs(src, collections, splits, refused)
-    refused_records = [_refused_record(e, src) for e in refused]
     with store_errors(store):
         inspect_destination(store, resume, overwrite, collections, splits)
         if dry_run:
-            notify("discovered", {"inputs": [], "refused": refused_records})
-            return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
+            return plan.dry_run()
         with StoreLock.acquire(store) as lock:
             contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
             _prepare_destination(store, contents, resume, overwrite)
-            return _build_locked(src, store, opts, inputs, refused_records, runner, resume, notify, lock)
+            return _build_locked(plan.src, store, plan.opts, plan.inputs, plan.refused_records, plan.runner,
+                                 resume, plan.notify, lock)
 
 
 def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list[InputFile],
