@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tpuprep.build import build
+from tpuprep.errors import FatalError, UsageError
 from tpuprep.io.storage import resolve
 from tpuprep.shards import destination
 from tpuprep.shards.layout import LOCK, MANIFEST, STAGING
@@ -192,6 +193,20 @@ def test_the_lock_object_refuses_a_live_holder_and_takes_over_a_stale_one(bucket
     assert objects(url) == tree_bytes(reference)  # taken over, then removed
 
 
+def test_a_running_build_renews_its_lock_and_removes_it_at_the_end(bucket, monkeypatch):
+    monkeypatch.setattr(destination, "LOCK_RENEW_SECONDS", 0.05)
+    store = resolve(f"{bucket}/renewed")
+    with destination.StoreLock.acquire(store) as lock:
+        first = json.loads(store.read_bytes(LOCK))["renewed"]
+        deadline = time.monotonic() + 30
+        while json.loads(store.read_bytes(LOCK))["renewed"] == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(store.read_bytes(LOCK))["renewed"] > first and lock.held()
+        with pytest.raises(UsageError, match="being written by another tpuprep build"):
+            destination.StoreLock.acquire(store)
+    assert store.listing() == []
+
+
 def test_a_dead_holder_on_this_host_is_taken_over_at_once():
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -211,7 +226,6 @@ def test_the_build_stops_before_publishing_when_its_lock_was_taken_over(bucket, 
         return lock
 
     monkeypatch.setattr(destination.StoreLock, "acquire", staticmethod(acquire_then_lose))
-    from tpuprep.errors import FatalError
 
     with pytest.raises(FatalError, match="took over this build's lock"):
         build(tiny_src, url)
