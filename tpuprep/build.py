@@ -418,11 +418,14 @@ def build(
     dry_run: bool = False,
     progress: Progress | None = None,
     storage_options: dict | None = None,
+    src_storage_options: dict | None = None,
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
     ``dst`` is a local folder or an object-store URL (``s3://bucket/prefix``); ``storage_options`` are
-    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded).
+    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded);
+    ``src_storage_options`` the same for a ``src`` URL (the source side; a URL ``src`` is refused
+    until that side supports one).
     Raises UsageError, before touching anything, for a source URL, overlapping ``src``/``dst``, an
     unknown collection or split, a selection that matches no file, or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
