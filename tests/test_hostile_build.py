@@ -273,20 +273,21 @@ def test_a_url_is_refused_and_nothing_is_written_locally(tmp_path, clean, monkey
     paths = {"--src": str(src), "--dst": str(tmp_path / "out")}
     paths[which] = "s3x://bucket/out"
     result = _run("build", "--src", paths["--src"], "--dst", paths["--dst"], "-q")
-    assert result.exit_code == 2 and "not supported" in result.stderr and "s3x://bucket/out" in result.stderr
+    expected = "unknown storage scheme s3x://" if which == "--dst" else "not supported"
+    assert result.exit_code == 2 and expected in result.stderr and "s3x://bucket/out" in result.stderr
     assert sorted(os.listdir(tmp_path)) == []
 
 
-def test_a_url_in_a_run_file_or_its_override_is_refused(tmp_path, clean, monkeypatch):
+def test_an_unknown_url_scheme_in_a_run_file_or_its_override_is_refused(tmp_path, clean, monkeypatch):
     src, _ = clean
     monkeypatch.chdir(tmp_path)
     run_file = tmp_path / "r.toml"
-    run_file.write_text(f'src = "{src}"\ndst = "s3://bucket/out"\n')
+    run_file.write_text(f'src = "{src}"\ndst = "s3x://bucket/out"\n')
     result = _run("run", str(run_file), "-q")
-    assert result.exit_code == 2 and "not supported" in result.stderr
+    assert result.exit_code == 2 and "unknown storage scheme s3x://" in result.stderr
     run_file.write_text(f'src = "{src}"\ndst = "out"\n')
-    result = _run("run", str(run_file), "--dst", "gs://bucket/out", "-q")
-    assert result.exit_code == 2 and "not supported" in result.stderr
+    result = _run("run", str(run_file), "--dst", "s3x://bucket/out", "-q")
+    assert result.exit_code == 2 and "--dst s3x://bucket/out: unknown storage scheme" in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["r.toml"]
 
 

@@ -6,24 +6,32 @@ merges the parts of each (collection, split) into shards, in graph-id order. Las
 ``quarantine.jsonl``, the dataset card and ``manifest.json``. The staging folder ``<dst>/.tpuprep``
 holds the finished parts, so ``--resume`` after a crash redoes only unfinished files.
 
-Before anything is written, the paths are checked (no URL, ``--src`` and ``--dst`` do not overlap),
-the selection is checked, and ``--dst`` is locked and inspected (``destination``): a build deletes
-only what tpuprep wrote and refuses a folder holding anything else.
+Before anything is written, the paths are checked (``--src`` is a local folder, ``--src`` and
+``--dst`` do not overlap), the selection is checked, and ``--dst`` is locked and inspected
+(``destination``): a build deletes only what tpuprep wrote and refuses a folder holding anything else.
+
+``--dst`` may be an object-store URL (``s3://bucket/prefix``, any fsspec protocol), resolved once by
+``io.storage.resolve``: the same steps run with the ``Store`` in place of the folder. Tasks (on any
+runner, e.g. Dask workers without a shared filesystem) receive the staging ``Store`` and upload their
+parts themselves; the merge tasks copy and upload the shards; this process writes only the quarantine
+list, the card and, last, the manifest, so a reader never sees a half build. A missing bucket or a
+refused request is one line naming the URL (exit 1), raised before anything is written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import os
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .convert import ConvertedGraph, convert_file
-from .errors import BadInput, UsageError
+from .errors import BadInput, FatalError, UsageError
 from .faults import checkpoint
 from .inputs import (
     InputFile,
@@ -35,12 +43,19 @@ from .inputs import (
     open_input,
 )
 from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
+from .io.storage import Store, resolve, without_credentials
 from .options import BuildOptions
 from .shards import destination
-from .shards.destination import Contents, DestinationLock
-from .shards.layout import QUARANTINE, STAGING, sidecar_relpath
-from .shards.manifest import build_manifest, write_manifest
-from .shards.writer import PartFiles, merge_parts, write_parts
+from .shards.destination import Contents, DestinationLock, StoreLock
+from .shards.layout import MANIFEST, QUARANTINE, STAGING, sidecar_relpath
+from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
+from .shards.writer import (
+    PartFiles,
+    merge_parts,
+    merge_parts_to_store,
+    write_parts,
+    write_parts_to_store,
+)
 from .tpugraphs import SPLITS, selected
 
 Progress = Callable[[str, dict], None]
@@ -161,13 +176,14 @@ def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGra
     return record, g, stamp
 
 
-def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> dict:
+def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Store) -> dict:
     """The per-task work: convert each file, write the batch's parts and sidecar.
 
+    ``staging``: the local staging folder, or the staging ``Store`` of an object-store destination
+    (the task uploads its parts and sidecar there itself, the sidecar last).
     Returns a small dict (no arrays): {"fingerprint", "records": per-file records, "parts": PartFiles
     as a dict or None when no file of the batch converted}.
     """
-    staging_path = Path(staging)
     records, graphs, stamps = [], [], []
     for inp in batch:
         record, g, stamp = _convert_one(inp, opts)
@@ -179,9 +195,16 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str) -> d
     parts = None
     if graphs:
         name = batch[0].relpath.rsplit("/", 1)[1][: -len(".npz")]
-        parts = write_parts(graphs, staging_path, name, opts.row_group_bytes, opts.compression_level).__dict__
+        write = write_parts_to_store if isinstance(staging, Store) else write_parts
+        staging_at = staging if isinstance(staging, Store) else Path(staging)
+        parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level).__dict__
         checkpoint("part")
     done = {"fingerprint": fingerprint, "records": records, "parts": parts}
+    if isinstance(staging, Store):
+        text = json.dumps(done, indent=None, sort_keys=False, allow_nan=False) + "\n"
+        staging.write_bytes(sidecar_relpath(batch[0].relpath), text.encode())
+        return done
+    staging_path = Path(staging)
     sidecar = _sidecar(staging_path, batch)
     sidecar.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(sidecar, done, durable=False, indent=None)
@@ -202,9 +225,14 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
     return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
 
 
-def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str,
-               dst: str, opts: BuildOptions) -> list[dict]:
-    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order)."""
+def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,
+               dst: str | Store, opts: BuildOptions) -> list[dict]:
+    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order); on an
+    object store ``staging`` and ``dst`` are ``Store``s."""
+    if isinstance(dst, Store):
+        infos = merge_parts_to_store(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
+                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
+        return [i.__dict__ for i in infos]
     infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
                         Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
                         compression_level=opts.compression_level)
@@ -229,21 +257,29 @@ def _overlap(a: Path, b: Path) -> bool:
     return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
 
 
-def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
-    """Resolve ``src`` and ``dst`` (following links) and refuse URLs, a missing ``src``, a ``src`` that
-    is neither a folder nor an ``.npz`` file, and any overlap of the two: a build never writes into, or
-    deletes from, its own input. Raises UsageError."""
-    for flag, value in (("--src", src), ("--dst", dst)):
-        if not str(value):
-            raise UsageError(f"{flag} must not be empty")
-        if looks_like_url(value):
-            raise UsageError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
-                             "give a local folder")
-    src_path, dst_path = Path(src).resolve(), Path(dst).resolve()
+def check_source(src: str | Path) -> Path:
+    """Resolve ``src`` (following links); refuse an empty value, a URL, a missing path and a ``src``
+    that is neither a folder nor an ``.npz`` file. Raises UsageError."""
+    if not str(src):
+        raise UsageError("--src must not be empty")
+    if looks_like_url(src):
+        raise UsageError(f"--src {src} looks like a URL: object stores are not supported yet; "
+                         "give a local folder")
+    src_path = Path(src).resolve()
     if not src_path.exists():
         raise UsageError(f"--src {src} does not exist")
     if not src_path.is_dir() and not (src_path.is_file() and src_path.name.endswith(".npz")):
         raise UsageError(f"--src {src} is neither a folder nor an .npz file")
+    return src_path
+
+
+def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
+    """Resolve ``src`` and a local ``dst`` (following links) and refuse a missing ``src`` and any
+    overlap of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
+    src_path = check_source(src)
+    if not str(dst):
+        raise UsageError("--dst must not be empty")
+    dst_path = Path(dst).resolve()
     if _overlap(src_path, dst_path):
         raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
@@ -281,7 +317,7 @@ def _listing(items: Iterable, limit: int = 5) -> str:
     return ", ".join(str(i) for i in items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: list[str] | None = None,
+def inspect_destination(dst: Path | Store, resume: bool, overwrite: bool, collections: list[str] | None = None,
                         splits: list[str] | None = None, *, locked: bool = False) -> Contents:
     """Check, without changing anything, that a build may write ``dst``; return what it holds.
 
@@ -293,6 +329,13 @@ def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: l
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
+    if isinstance(dst, Store):
+        dst.check_reachable()
+        if not locked:
+            destination.probe_store(dst)
+        contents = destination.scan_store(dst)
+        return _check_contents(dst.display, contents, destination.store_manifest_selection(dst), resume,
+                               overwrite, collections, splits)
     if not dst.exists():
         return Contents()
     if not dst.is_dir():
@@ -300,6 +343,14 @@ def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: l
     if not locked:
         destination.probe(dst)
     contents = destination.scan(dst)
+    return _check_contents(dst, contents, destination.manifest_selection(dst) if resume else set(), resume,
+                           overwrite, collections, splits)
+
+
+def _check_contents(dst: Path | str, contents: Contents, manifest_held: set[tuple[str, str]], resume: bool,
+                    overwrite: bool, collections: list[str] | None, splits: list[str] | None) -> Contents:
+    """The checks of ``inspect_destination`` on what ``dst`` holds (``manifest_held``: the pairs its
+    manifest lists)."""
     if contents.foreign:
         what = (f"--dst {dst} holds files tpuprep did not write ({_listing(contents.foreign)})")
         if overwrite or resume:
@@ -310,7 +361,7 @@ def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: l
         raise UsageError(f"--dst {dst} is not empty; pass --resume to finish an interrupted build "
                          "or --overwrite to replace it")
     if resume:
-        held = contents.held | destination.manifest_selection(dst)
+        held = contents.held | manifest_held
         wanted = set(splits or SPLITS)
         dropped = {f"{c} {s}" for c, s in held if not (selected(c, collections) and s in wanted)}
         if dropped:
@@ -319,32 +370,49 @@ def inspect_destination(dst: Path, resume: bool, overwrite: bool, collections: l
     return contents
 
 
-def _prepare_destination(dst: Path, contents: Contents, resume: bool, overwrite: bool) -> None:
+def _prepare_destination(dst: Path | Store, contents: Contents, resume: bool, overwrite: bool) -> None:
     """Delete what a build replaces: with --overwrite everything tpuprep wrote, with --resume the
     manifest, card and quarantine list (shards go just before the merge, staged parts are reused)."""
-    if overwrite:
+    if isinstance(dst, Store):  # the manifest first: a reader never sees it above changing shards
+        dst.remove([f for f in contents.files if f == MANIFEST])
+        dst.remove([f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)])
+    elif overwrite:
         destination.remove(dst, contents.files, contents.dirs)
     elif resume:
         destination.remove(dst, [f for f in contents.files if "/" not in f], [])
 
 
-def _remove_own(dst: Path, under: tuple[str, ...]) -> None:
+def _remove_own(dst: Path | Store, under: tuple[str, ...]) -> None:
     """Delete what tpuprep wrote under these top-level folders of ``dst`` (nothing else)."""
+    if isinstance(dst, Store):
+        dst.remove([f for f in destination.scan_store(dst).files if f.split("/", 1)[0] in under])
+        return
     contents = destination.scan(dst)
     destination.remove(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
                        [d for d in contents.dirs if d.split("/", 1)[0] in under])
 
 
-def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path) -> dict | None:
+def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path | Store) -> dict | None:
     """The finished result of this exact batch from an interrupted build, if its parts are intact."""
+    remote = isinstance(staging, Store)
     try:
-        done = json.loads(_sidecar(staging, batch).read_text())
-    except (OSError, ValueError):
+        if remote:
+            done = json.loads(staging.read_bytes(sidecar_relpath(batch[0].relpath)))
+        else:
+            done = json.loads(_sidecar(staging, batch).read_text())
+    except FileNotFoundError:
         return None
-    if done.get("fingerprint") != _fingerprint(batch, opts):
+    except (ValueError, UnicodeDecodeError):
+        return None
+    except OSError:
+        if remote:
+            raise  # a refused request is an error, not an unfinished batch
+        return None
+    if not isinstance(done, dict) or done.get("fingerprint") != _fingerprint(batch, opts):
         return None
     parts = done.get("parts")
-    if parts and not all((staging / parts[k]).exists() for k in ("graphs", "configs")):
+    exists = staging.exists if remote else (lambda rel: (staging / rel).exists())
+    if parts and not all(exists(parts[k]) for k in ("graphs", "configs")):
         return None
     return done
 
@@ -374,6 +442,8 @@ def build(
     overwrite: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
+    storage_options: dict | None = None,
+    src_storage_options: dict | None = None,
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
@@ -382,13 +452,26 @@ def build(
     plain ``.npz`` file or flat folder of them, all of which are ``collection``/``split`` (both given,
     never with the filters; see ``inputs.discover``).
 
-    Raises UsageError, before touching anything, for a URL, overlapping ``src``/``dst``, an unknown
-    collection or split, a selection that matches no file, files outside a tree without
+    ``dst`` is a local folder or an object-store URL (``s3://bucket/prefix``); ``storage_options`` are
+    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded);
+    ``src_storage_options`` the same for a ``src`` URL.
+
+    Raises UsageError, before touching anything, for a source URL, overlapping ``src``/``dst``, an
+    unknown collection or split, a selection that matches no file, files outside a tree without
     ``collection``/``split`` (or a tree with them), or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
+    A missing bucket or a refused request to the store is a FatalError naming the URL.
     """
     opts = opts or BuildOptions()
-    src, dst = check_paths(src, dst)
+    store = None
+    if str(dst) and looks_like_url(dst):
+        store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
+        if store.is_local:  # file://
+            dst, store = store.root, None
+    if store is None:
+        src, dst = check_paths(src, dst)
+    else:
+        src = check_source(src)
     check_selection(collections, splits)
     check_assignment(collection, split, collections, splits)
     notify = progress or (lambda event, info: None)
@@ -398,10 +481,13 @@ def build(
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]
+    plan = _Plan(src, opts, inputs, refused_records, runner, notify)
+    if store is not None:
+        return _build_to_store(plan, store, collections, splits, resume=resume, overwrite=overwrite,
+                               dry_run=dry_run)
     inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:
-        notify("discovered", {"inputs": [], "refused": refused_records})
-        return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
+        return plan.dry_run()
     dst.mkdir(parents=True, exist_ok=True)
     with DestinationLock.acquire(dst):
         contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
@@ -409,15 +495,76 @@ def build(
         return _build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify)
 
 
-def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFile], refused_records: list[dict],
-                  runner, resume: bool, notify: Progress) -> BuildReport:
-    """The build proper, with ``dst`` locked and prepared."""
+@contextlib.contextmanager
+def store_errors(store: Store) -> Iterator[None]:
+    """Turn a failed request to ``store`` (missing bucket, permission refused, network) into one
+    FatalError line naming the URL."""
+    try:
+        yield
+    except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
+        raise FatalError(f"--dst {store.display}: {_store_problem(store, exc)}") from None
+    except OSError as exc:
+        raise FatalError(f"--dst {store.display}: the store refused a request: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _store_problem(store: Store, exc: OSError) -> str:
+    text = _one_line(exc)
+    if isinstance(exc, PermissionError):
+        return f"permission denied ({text}); check the credentials and the bucket's policy"
+    if isinstance(exc, FileNotFoundError) and ("bucket" in text.lower() or text == "Not Found"):
+        return f"the bucket {store.root.split('/', 1)[0]} does not exist ({text})"
+    if isinstance(exc, FileNotFoundError):
+        return f"an object disappeared while the build ran ({text})"
+    return f"the store cannot be reached ({text})"
+
+
+@dataclass
+class _Plan:
+    """What a build converts, decided before ``dst`` is touched."""
+
+    src: Path
+    opts: BuildOptions
+    inputs: list[InputFile]
+    refused_records: list[dict]
+    runner: object
+    notify: Progress
+
+    def dry_run(self) -> BuildReport:
+        self.notify("discovered", {"inputs": [], "refused": self.refused_records})
+        return BuildReport({"inputs": [i.relpath for i in self.inputs]}, self.refused_records, dry_run=True)
+
+
+def _build_to_store(plan: _Plan, store: Store, collections: list[str] | None, splits: list[str] | None, *,
+                    resume: bool, overwrite: bool, dry_run: bool) -> BuildReport:
+    """``build`` into an object store: the same checks, lock (``StoreLock``) and steps."""
+    with store_errors(store):
+        inspect_destination(store, resume, overwrite, collections, splits)
+        if dry_run:
+            return plan.dry_run()
+        with StoreLock.acquire(store) as lock:
+            contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
+            _prepare_destination(store, contents, resume, overwrite)
+            return _build_locked(plan.src, store, plan.opts, plan.inputs, plan.refused_records, plan.runner,
+                                 resume, plan.notify, lock)
+
+
+def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list[InputFile],
+                  refused_records: list[dict], runner, resume: bool, notify: Progress,
+                  lock: StoreLock | None = None) -> BuildReport:
+    """The build proper, with ``dst`` locked and prepared (``lock``: an object store's lock)."""
     from .runners.local import SerialRunner
-    from .shards.card import write_card
 
     notify("discovered", {"inputs": inputs, "refused": refused_records})
-    staging = dst / STAGING
-    staging.mkdir(exist_ok=True)
+    remote = isinstance(dst, Store)
+    if remote:
+        staging = dst.child(STAGING)
+    else:
+        staging = dst / STAGING
+        staging.mkdir(exist_ok=True)
     runner = runner or SerialRunner()
 
     results: list[dict] = []
@@ -436,7 +583,8 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        return runner.submit(process_batch, batch, opts, str(staging), paths=(batch[0].path, staging),
+        paths = (batch[0].path,) if remote else (batch[0].path, staging)  # workers must see these
+        return runner.submit(process_batch, batch, opts, staging if remote else str(staging), paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 
     # The serial runner runs a task when it is submitted: take each result as it comes, so that
@@ -454,7 +602,8 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
         first = next(r for r in done["records"] if r["status"] == "ok")
         groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
     _remove_own(dst, ("layout", "tile"))  # shards of an interrupted build: this one writes them anew
-    merges = [runner.submit(merge_task, kind, coll, split, parts, str(staging), str(dst), opts)
+    where = (staging, dst) if remote else (str(staging), str(dst))
+    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
     for fut in runner.as_completed(merges):
@@ -465,8 +614,23 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
     records = [r for d in results for r in d["records"]]
     all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
     manifest = build_manifest(opts, all_records, shards)
-    write_text_atomic(dst / QUARANTINE, "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"]))
-    write_card(dst, manifest)
-    write_manifest(dst, manifest)
+    _publish(dst, manifest, lock)
     _remove_own(dst, (STAGING,))
     return BuildReport(manifest, all_records, reused=frozenset(reused))
+
+
+def _publish(dst: Path | Store, manifest: dict, lock: StoreLock | None) -> None:
+    """Write the quarantine list, the card and, last, the manifest."""
+    from .shards.card import write_card, write_card_to_store
+
+    quarantine = "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"])
+    if not isinstance(dst, Store):
+        write_text_atomic(dst / QUARANTINE, quarantine)
+        write_card(dst, manifest)
+        write_manifest(dst, manifest)
+        return
+    dst.write_bytes(QUARANTINE, quarantine.encode())
+    write_card_to_store(dst, manifest)
+    if lock is not None:
+        lock.check()
+    write_manifest_to_store(dst, manifest)

@@ -28,6 +28,11 @@ Example::
     [synth]                                    # optional: synthesise src first when it is missing
     profile = "small"
     seed = 0
+
+``src`` and ``dst`` may be object-store URLs (``dst = "s3://bucket/shards"``); the optional tables
+``[src_storage_options]`` / ``[dst_storage_options]`` are the fsspec options of their filesystems
+(endpoint, profile, credentials — better taken from the environment, e.g. ``secret = "$AWS_SECRET"``).
+Their values are passed to the filesystem and nowhere else: never printed, logged or recorded.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from typing import Any
 
 from .errors import UsageError
 from .io.files import looks_like_url
+from .io.storage import without_credentials
 from .options import BuildOptions
 
 
@@ -101,8 +107,8 @@ class Pipeline:
     path: Path
     name: str
     description: str
-    src: Path
-    dst: Path
+    src: Path | str
+    dst: Path | str
     collections: tuple[str, ...] | None
     splits: tuple[str, ...] | None
     options: BuildOptions
@@ -112,6 +118,9 @@ class Pipeline:
     synth: SynthSpec | None = None
     collection: str | None = None
     split: str | None = None
+    src_storage_options: dict = dataclasses.field(default_factory=dict, repr=False)
+    dst_storage_options: dict = dataclasses.field(default_factory=dict, repr=False)
+    """fsspec options of ``src`` / ``dst`` (URLs only); may hold credentials: never shown."""
 
     def describe(self) -> str:
         """A few lines saying what this run will do."""
@@ -124,13 +133,21 @@ class Pipeline:
             selection = [f"collections  {', '.join(self.collections) if self.collections else 'all'}",
                          f"splits       {', '.join(self.splits) if self.splits else 'all'}"]
         lines = [f"pipeline     {self.name} ({self.path})",
-                 f"src          {self.src}", f"dst          {self.dst}", *selection,
+                 f"src          {_shown(self.src, self.src_storage_options)}",
+                 f"dst          {_shown(self.dst, self.dst_storage_options)}", *selection,
                  f"options      {changed or 'defaults'}",
                  f"cluster      {self.cluster.describe()}",
                  f"mode         {'resume' if self.resume else 'overwrite' if self.overwrite else 'new destination'}"]
         if self.synth:
             lines.append(f"synth        profile {self.synth.profile}, seed {self.synth.seed} (only if src is missing)")
         return "\n".join(lines)
+
+
+def _shown(where: Path | str, storage_options: dict) -> str:
+    """A location for people: a URL without credentials, and the names (never the values) of its
+    storage options."""
+    text = without_credentials(where) if isinstance(where, str) else str(where)
+    return text + (f" (storage options: {', '.join(sorted(storage_options))})" if storage_options else "")
 
 
 # --------------------------------------------------------------------------------------- parsing
@@ -221,16 +238,34 @@ def _expand(path: Path, key: str, value: str) -> str:
     return os.path.expanduser(value)
 
 
-def _path(path: Path, key: str, value: str) -> Path:
+def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
+    """A path of the run file, relative to its folder; with ``url`` an object-store URL is kept as
+    the string it is (``src``, ``dst``)."""
     text = _expand(path, key, value)
     if not text:
         raise _fail(path, key, "must not be empty")
     if "\0" in text:
         raise _fail(path, key, f"contains a NUL byte, which no path can hold: {text!r}")
     if looks_like_url(text):
-        raise _fail(path, key, f"{text} looks like a URL: object stores are not supported yet; give a local folder")
+        if url:
+            return text
+        raise _fail(path, key, f"{text} looks like a URL: give a local path")
     p = Path(text)
     return p if p.is_absolute() else (path.parent / p).resolve()
+
+
+def _storage_options(path: Path, key: str, value: Any) -> Any:
+    """A ``[*_storage_options]`` table with ``$VARS`` expanded in its strings (at any depth)."""
+    if isinstance(value, str):
+        return string.Template(value).substitute(os.environ) if "$" in value else value
+    if isinstance(value, dict):
+        try:
+            return {k: _storage_options(path, f"{key}.{k}", v) for k, v in value.items()}
+        except KeyError as exc:
+            raise _fail(path, key, f"environment variable {exc.args[0]} is not set") from None
+    if isinstance(value, list):
+        return [_storage_options(path, key, v) for v in value]
+    return value
 
 
 def _names(value: list[str] | None) -> tuple[str, ...] | None:
@@ -269,8 +304,8 @@ def _scheduler(path: Path, value: str) -> str:
     return address
 
 
-def _synth(path: Path, table: dict, src: Path) -> SynthSpec:
-    if src.name != "npz":
+def _synth(path: Path, table: dict, src: Path | str) -> SynthSpec:
+    if isinstance(src, str) or src.name != "npz":
         raise _fail(path, "synth", f"src must be a folder named npz to be synthesised, not {src}")
     return SynthSpec(table.get("profile", "tiny"), table.get("seed", 0), _names(table.get("collections")))
 
@@ -293,7 +328,13 @@ def parse_pipeline(text: str, path: str | Path) -> Pipeline:
         has_scheduler = "scheduler" in cluster or "scheduler_file" in cluster
         doc["cluster"] = {**cluster, "type": "dask" if has_scheduler else "local"}
     _validate(path, doc)
-    src, dst = _path(path, "src", doc["src"]), _path(path, "dst", doc["dst"])
+    src, dst = _path(path, "src", doc["src"], url=True), _path(path, "dst", doc["dst"], url=True)
+    options = {}
+    for side, where in (("src", src), ("dst", dst)):
+        key = f"{side}_storage_options"
+        if key in doc and not isinstance(where, str):
+            raise _fail(path, key, f"applies only when {side} is an object-store URL, not the folder {where}")
+        options[key] = _storage_options(path, key, doc.get(key, {}))
     return Pipeline(
         path=path,
         name=doc.get("name", path.stem),
@@ -306,6 +347,7 @@ def parse_pipeline(text: str, path: str | Path) -> Pipeline:
         cluster=_cluster(path, doc["cluster"]),
         resume=doc.get("resume", False), overwrite=doc.get("overwrite", False),
         synth=_synth(path, doc["synth"], src) if "synth" in doc else None,
+        **options,
     )
 
 
@@ -327,14 +369,12 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
              scheduler_file: str | Path | None = None, resume: bool = False) -> Pipeline:
     """The run with command-line overrides applied (paths relative to the current folder)."""
     changes: dict[str, Any] = {}
-    for flag, value in (("--src", src), ("--dst", dst)):
-        if value is not None and looks_like_url(value):
-            raise PipelineError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
-                                "give a local folder")
-    if src is not None:
-        changes["src"] = Path(src).resolve()
-    if dst is not None:
-        changes["dst"] = Path(dst).resolve()
+    for key, value in (("src", src), ("dst", dst)):
+        if value is None:
+            continue
+        changes[key] = _url(value) if looks_like_url(value) else Path(value).resolve()
+        if not looks_like_url(value):  # the run file's storage options belong to its URL
+            changes[f"{key}_storage_options"] = {}
     if resume:
         changes |= {"resume": True, "overwrite": False}
     cluster = p.cluster
@@ -349,6 +389,12 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     if cluster is not p.cluster:
         changes["cluster"] = cluster
     return dataclasses.replace(p, **changes) if changes else p
+
+
+def _url(value: str | Path) -> str:
+    """A URL given on the command line (click's Path type squeezes ``s3://b`` into ``s3:/b``)."""
+    text = os.fspath(value)
+    return text if "://" in text else text.replace(":/", "://", 1)
 
 
 def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False):
@@ -377,7 +423,8 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 
     p = path if isinstance(path, Pipeline) else load_pipeline(path)
     p = override(p, **overrides)
-    if not p.src.exists():
+    local_src = isinstance(p.src, Path)
+    if local_src and not p.src.exists():
         if p.synth is None:
             raise PipelineError(f"{p.path}: src {p.src} does not exist")
         if not dry_run:
@@ -385,16 +432,21 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 
             synthesize(p.src.parent, p.synth.profile, p.synth.seed,
                        collections=list(p.synth.collections) if p.synth.collections else None)
-    if dry_run and not p.src.exists():
+    if dry_run and local_src and not p.src.exists():
         from .build import BuildReport
 
         return BuildReport({"inputs": []}, [], dry_run=True)  # it would be synthesised first
     runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask)
+    stores: dict[str, dict] = {}
+    if p.dst_storage_options:
+        stores["storage_options"] = p.dst_storage_options
+    if p.src_storage_options:  # the source side of build() (tar archives and URLs) takes these
+        stores["src_storage_options"] = p.src_storage_options
     try:
         return build(p.src, p.dst, p.options, collections=list(p.collections) if p.collections else None,
                      splits=list(p.splits) if p.splits else None, collection=p.collection, split=p.split,
                      runner=runner, resume=p.resume,
-                     overwrite=p.overwrite, dry_run=dry_run, progress=progress)
+                     overwrite=p.overwrite, dry_run=dry_run, progress=progress, **stores)
     finally:
         if runner is not None:
             runner.close()

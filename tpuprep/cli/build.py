@@ -47,7 +47,8 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 @click.option("--src", required=True,
               help="npz/, npz_all/npz, a collection or split folder, one .npz file, or (with --collection "
                    "and --split) a file or flat folder outside a TpuGraphs tree.")
-@click.option("--dst", required=True, help="Shard folder (a local folder outside --src).")
+@click.option("--dst", required=True,
+              help="Shard folder (a local folder outside --src) or an object-store URL (s3://bucket/prefix).")
 @click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")
 @click.option("--no-prune", is_flag=True, help="Keep whole layout graphs.")
 @click.option("--no-repad", is_flag=True, help="Keep the original 0 padding of node_feat.")

@@ -39,12 +39,12 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
     if dry_run or not quiet:
         click.echo(p.describe())
     if dry_run:
-        if not p.src.exists() and p.synth is not None:
+        if p.synth is not None and not p.src.exists():
             click.echo("\nsrc does not exist yet: it would be synthesised first, then converted")
             sys.exit(EXIT_OK)
         click.echo()
         sys.exit(report_build(run_pipeline(p, dry_run=True), dry_run=True, quiet=quiet, started=0.0, dst=p.dst))
-    if not p.src.exists() and p.synth is not None and not quiet:
+    if p.synth is not None and not p.src.exists() and not quiet:
         click.echo(f"\nsynthesising the {p.synth.profile!r} profile (seed {p.synth.seed}) into {p.src} ...")
     progress = Progress(quiet, verbose)
     started = time.perf_counter()

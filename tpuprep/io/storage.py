@@ -15,6 +15,8 @@ written to a manifest.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import dataclasses
 import io
 import os
 import posixpath
@@ -102,6 +104,57 @@ class Store:
             if isinstance(block, BaseException):
                 raise block
         return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
+    # Whole-object operations on a remote store (``fs`` set), used by the build's destination side;
+    # local builds keep their plain ``os`` calls, atomic renames and ``flock``.
+
+    def child(self, rel: str) -> Store:
+        """The store rooted at ``rel`` below this one (same filesystem)."""
+        return dataclasses.replace(self, root=self.path(rel), display=f"{self.display.rstrip('/')}/{rel}")
+
+    def listing(self) -> list[str]:
+        """Every object below the root as sorted paths relative to it (fresh: no cached listing)."""
+        self.fs.invalidate_cache()
+        prefix = self.root.rstrip("/") + "/"
+        try:
+            found = self.fs.find(self.root, withdirs=False)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.fs.cat_file(self.path(rel))
+
+    def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False) -> None:
+        """Write one whole object (visible only when complete). ``exclusive``: fail with
+        ``FileExistsError`` if it exists (a conditional write where the store has them, e.g. S3)."""
+        with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:
+            fh.write(data)
+
+    def put_file(self, local: str | os.PathLike, rel: str) -> None:
+        """Upload the local file ``local`` to ``rel`` (streamed: multipart in blocks, memory bounded)."""
+        self.fs.put_file(os.fspath(local), self.path(rel))
+
+    def get_file(self, rel: str, local: str | os.PathLike) -> None:
+        """Download ``rel`` to the local file ``local`` (streamed)."""
+        self.fs.get_file(self.path(rel), os.fspath(local))
+
+    def copy(self, rel: str, to: str) -> None:
+        """Copy ``rel`` to ``to`` inside the store (server-side where the store can)."""
+        self.fs.copy(self.path(rel), self.path(to))
+
+    def remove(self, rels: list[str]) -> None:
+        """Delete these objects (missing ones are ignored; S3 deletes up to 1,000 per request)."""
+        if rels:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm([self.path(r) for r in rels])
+
+    def check_reachable(self) -> None:
+        """Raise ``FileNotFoundError`` / ``PermissionError`` when the root's bucket (its first path
+        component) is missing or may not be read, before anything is written."""
+        self.fs.info(self.root.split("/", 1)[0])
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """The same storage as a pyarrow filesystem (for ``pq.ParquetFile`` / ``pq.ParquetWriter``)."""

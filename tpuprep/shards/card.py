@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..io.files import write_text_atomic
+from ..io.storage import Store
 from ..tpugraphs import SPLITS
 from .layout import CARD
 from .schema import split_type, table_schema
@@ -66,14 +67,18 @@ def _splits(coll: dict) -> list[str]:
     return sorted(coll["splits"], key=lambda s: (SPLITS.index(s) if s in SPLITS else 99, s))
 
 
-def _uncompressed_bytes(root: Path, rel: str) -> int:
+def _uncompressed_bytes(root: Path | Store, rel: str) -> int:
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(root / rel).metadata
+    if isinstance(root, Store):
+        with root.open(rel) as fh:
+            meta = pq.ParquetFile(fh).metadata
+    else:
+        meta = pq.ParquetFile(root / rel).metadata
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-def hf_metadata(manifest: dict, root: Path | None = None) -> dict[str, Any]:
+def hf_metadata(manifest: dict, root: Path | Store | None = None) -> dict[str, Any]:
     """The card's ``configs`` and ``dataset_info`` (HF conventions) for the shards of a manifest.
 
     ``dataset_info`` gives each config's features and, per split, ``num_examples`` (rows; ``datasets``
@@ -88,7 +93,8 @@ def hf_metadata(manifest: dict, root: Path | None = None) -> dict[str, Any]:
         table = shard["table"].split("_", 1)[1]
         key = (shard["collection"], table, shard["split"])
         rows[key] = rows.get(key, 0) + shard["rows"]
-        size = shard["bytes"] if root is None else _uncompressed_bytes(Path(root), shard["path"])
+        size = (shard["bytes"] if root is None
+                else _uncompressed_bytes(root if isinstance(root, Store) else Path(root), shard["path"]))
         data_bytes[key] = data_bytes.get(key, 0) + size
         files[(shard["collection"], table)] = files.get((shard["collection"], table), 0) + shard["bytes"]
     configs, infos = [], []
@@ -115,7 +121,7 @@ def _size_category(n: int) -> str:
 # --------------------------------------------------------------------------- card
 
 
-def render_card(manifest: dict, root: Path | None = None) -> str:
+def render_card(manifest: dict, root: Path | Store | None = None) -> str:
     """The card's Markdown text: YAML front matter (HF conventions) + a human description.
 
     ``root`` is the shard folder (for the uncompressed sizes in ``dataset_info``); optional.
@@ -182,3 +188,8 @@ def write_card(dst: Path, manifest: dict) -> None:
     """Write ``<dst>/README.md`` atomically (temporary name, then rename)."""
     dst = Path(dst)
     write_text_atomic(dst / CARD, render_card(manifest, dst))
+
+
+def write_card_to_store(store: Store, manifest: dict) -> None:
+    """``write_card`` in an object store (one whole object; the same bytes as a local card)."""
+    store.write_bytes(CARD, render_card(manifest, store).encode("utf-8"))

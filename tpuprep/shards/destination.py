@@ -10,6 +10,17 @@ the latter; symbolic links are always foreign and never followed.
 ``DestinationLock`` is an exclusive ``flock`` on ``<dst>/.tpuprep.lock`` (which records pid, host and
 start time) held for a whole build, so two builds never write one folder. The kernel releases it when
 its holder dies, so the lock of a killed build is taken over by the next one without any clean-up.
+
+On an object store (``--dst s3://bucket/prefix``) there are no folders, links or ``flock``:
+``scan_store`` sorts the objects under the prefix with the same names, and ``StoreLock`` is the object
+``<prefix>/.tpuprep.lock`` (JSON: owner token, host, pid, start and renewal time). It is created with
+a conditional write (S3 ``If-None-Match``: of two builds starting together exactly one gets it),
+renewed every ``LOCK_RENEW_SECONDS`` while the build runs and removed when it ends. A lock is taken
+over when it is stale: not renewed for ``LOCK_STALE_SECONDS`` (its holder died or lost the network),
+or held by a process of this host that no longer exists (a killed build, so ``--resume`` can follow
+at once). Taking over a stale lock (delete, then create again) is the one step that is advisory: two
+builds taking over the same stale lock in the same instant could both proceed, so the build checks
+just before writing the manifest that the lock is still its own and stops (exit 1) otherwise.
 """
 
 from __future__ import annotations
@@ -22,12 +33,15 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import FatalError, UsageError
 from ..io.files import TEMPORARY
+from ..io.storage import Store
 from ..tpugraphs import COLLECTIONS, SPLITS, collection_path
 from .layout import CARD, LOCK, MANIFEST, PART_NAME, QUARANTINE, SHARD_NAME, STAGING, TABLES
 
@@ -129,11 +143,42 @@ def scan(dst: Path) -> Contents:
     return out
 
 
+def scan_store(store: Store) -> Contents:
+    """``scan`` for an object store: every object under the prefix sorted by its name alone (there
+    are no folders or links; objects appear only when complete, so there are no temporaries)."""
+    out = Contents()
+    for rel in store.listing():
+        folder_rel, _, name = rel.rpartition("/")
+        folder = OWN_FOLDERS.get(folder_rel)
+        if not folder_rel and name == LOCK:
+            out.lock = True
+        elif folder is not None and name and not TEMPORARY.fullmatch(name) and (m := _own_file(folder, name)):
+            out.files.append(rel)
+            if folder.collection:
+                out.held.add((folder.collection, folder.split or m.group(1)))
+        else:
+            out.foreign.append(rel)
+    return out
+
+
+def store_manifest_selection(store: Store) -> set[tuple[str, str]]:
+    """``manifest_selection`` of a build in an object store."""
+    try:
+        return _selection(json.loads(store.read_bytes(MANIFEST)))
+    except FileNotFoundError:
+        return set()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def _selection(manifest: dict) -> set[tuple[str, str]]:
+    return {(cid, split) for cid, coll in manifest["collections"].items() for split in coll["splits"]}
+
+
 def manifest_selection(dst: Path) -> set[tuple[str, str]]:
     """The (collection, split) pairs a finished build's ``manifest.json`` lists (empty if unreadable)."""
     try:
-        manifest = json.loads((dst / MANIFEST).read_text())
-        return {(cid, split) for cid, coll in manifest["collections"].items() for split in coll["splits"]}
+        return _selection(json.loads((dst / MANIFEST).read_text()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()
 
@@ -250,6 +295,135 @@ class DestinationLock:
         self.fd = -1
 
     def __enter__(self) -> DestinationLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+# ------------------------------------------------------------------------- the lock of an object store
+
+LOCK_RENEW_SECONDS = 60.0
+"""How often a build renews its lock object."""
+LOCK_STALE_SECONDS = 600.0
+"""A lock object not renewed for this long is stale: its holder is gone, and the next build takes it."""
+
+
+def _lock_info(store: Store) -> dict | None:
+    """The lock object's contents; None when there is none; {} when it cannot be understood."""
+    try:
+        info = json.loads(store.read_bytes(LOCK))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _pid_gone(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def lock_is_stale(info: dict, now: float | None = None) -> bool:
+    """Whether a lock object (``_lock_info``) may be taken over: not renewed for
+    ``LOCK_STALE_SECONDS``, unreadable, or held by a process of this host that has ended."""
+    renewed = info.get("renewed")
+    if not isinstance(renewed, (int, float)):
+        return True
+    if (time.time() if now is None else now) - renewed > LOCK_STALE_SECONDS:
+        return True
+    return info.get("host") == socket.gethostname() and _pid_gone(info.get("pid"))
+
+
+def _store_busy(store: Store, info: dict) -> UsageError:
+    holder = (f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}" if info
+              else "holder not recorded")
+    return UsageError(f"--dst {store.display} is being written by another tpuprep build ({holder}); wait "
+                      f"for it to end (a lock not renewed for {LOCK_STALE_SECONDS:.0f} s is taken over)")
+
+
+def probe_store(store: Store) -> None:
+    """``probe`` for an object store: raise UsageError if a live build holds the lock object."""
+    info = _lock_info(store)
+    if info is not None and not lock_is_stale(info):
+        raise _store_busy(store, info)
+
+
+class StoreLock:
+    """The lock object of a build writing to an object store (see the module docstring)."""
+
+    def __init__(self, store: Store, info: dict):
+        self.store, self.info = store, info
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="tpuprep-lock", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def acquire(cls, store: Store) -> StoreLock:
+        info = {"owner": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "renewed": time.time()}
+        for _ in range(2):
+            try:
+                cls._create(store, info)
+                break
+            except FileExistsError:
+                held = _lock_info(store)
+                if held is not None and not lock_is_stale(held):
+                    raise _store_busy(store, held) from None
+                store.remove([LOCK])  # stale: take it over
+        else:
+            raise _store_busy(store, _lock_info(store) or {})
+        if (_lock_info(store) or {}).get("owner") != info["owner"]:
+            raise _store_busy(store, _lock_info(store) or {})
+        return cls(store, info)
+
+    @staticmethod
+    def _create(store: Store, info: dict) -> None:
+        data = (json.dumps(info) + "\n").encode()
+        try:
+            store.write_bytes(LOCK, data, exclusive=True)
+        except (NotImplementedError, ValueError):  # no conditional writes on this store: advisory
+            if store.exists(LOCK):
+                raise FileExistsError(LOCK) from None
+            store.write_bytes(LOCK, data)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LOCK_RENEW_SECONDS):
+            with contextlib.suppress(OSError, ValueError):
+                if self.held():
+                    self.info["renewed"] = time.time()
+                    self.store.write_bytes(LOCK, (json.dumps(self.info) + "\n").encode())
+
+    def held(self) -> bool:
+        """Whether the lock object is still this build's."""
+        return (_lock_info(self.store) or {}).get("owner") == self.info["owner"]
+
+    def check(self) -> None:
+        """Raise FatalError when another build has taken the lock over (before the manifest)."""
+        if not self.held():
+            raise FatalError(f"--dst {self.store.display}: another build took over this build's lock "
+                             f"{LOCK} (it was not renewed for {LOCK_STALE_SECONDS:.0f} s); nothing was "
+                             "published: run again with --resume")
+
+    def release(self) -> None:
+        """Stop renewing and remove the lock object if it is still this build's. Safe to call twice."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with contextlib.suppress(OSError):
+            if self.held():
+                self.store.remove([LOCK])
+
+    def __enter__(self) -> StoreLock:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -46,6 +46,14 @@ def write_manifest(dst: Path, manifest: dict) -> None:
     write_json_atomic(Path(dst) / MANIFEST, manifest, before_rename=lambda: checkpoint("manifest"))
 
 
+def write_manifest_to_store(store: Store, manifest: dict) -> None:
+    """``write_manifest`` in an object store: one whole object (visible only when complete), the same
+    bytes as a local manifest, the last object of a build."""
+    data = (json.dumps(manifest, indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
+    checkpoint("manifest")
+    store.write_bytes(MANIFEST, data)
+
+
 def _empty_counts() -> dict[str, int]:
     return dict.fromkeys(COUNT_FIELDS, 0)
 

@@ -15,6 +15,8 @@ configs and tile graph rows are batched, since tile graphs are tiny.
 
 from __future__ import annotations
 
+import posixpath
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ import pyarrow.parquet as pq
 from ..convert import ConvertedGraph
 from ..faults import checkpoint
 from ..io.files import atomic_path, place, sha256_file
+from ..io.storage import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
 
@@ -371,6 +374,39 @@ def _part_batches(staging: Path, rel: str) -> Iterator[pa.Table]:
             yield pa.Table.from_batches([reader.get_batch(i)])
 
 
+def _configs_shards(kind: str, collection: str, split: str, parts: Sequence[PartFiles]) -> list[ShardInfo]:
+    """The ``configs`` shards of one (collection, split): part i becomes shard i of N as it is (no
+    re-encoding), so its sha256, rows and row groups are those the worker computed."""
+    return [ShardInfo(path=shard_relpath(collection, "configs", split, i, len(parts)), table=f"{kind}_configs",
+                      collection=collection, split=split, rows=p.configs_rows, row_groups=p.configs_row_groups,
+                      bytes=p.configs_file_bytes, sha256=p.configs_sha256, first_graph=p.graph_ids[0],
+                      last_graph=p.graph_ids[-1])
+            for i, p in enumerate(parts)]
+
+
+def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], staging: Path,
+                        compression_level: int) -> int:
+    """Write one ``graphs`` shard at ``path`` from the graph parts ``chosen`` (under ``staging``);
+    returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile."""
+    rows = 0
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level) as w:
+        pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
+        if kind == "tile":
+            pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
+        for t in pieces:
+            w.write_table(t, row_group_size=max(t.num_rows, 1))
+            rows += t.num_rows
+    return rows
+
+
+def _graphs_info(path: Path, rel: str, kind: str, collection: str, split: str, chosen: Sequence[PartFiles],
+                 rows: int) -> ShardInfo:
+    meta = pq.ParquetFile(path).metadata
+    return ShardInfo(path=rel, table=f"{kind}_graphs", collection=collection, split=split, rows=rows,
+                     row_groups=meta.num_row_groups, bytes=path.stat().st_size, sha256=sha256_file(path),
+                     first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1])
+
+
 def merge_parts(
     kind: str,
     collection: str,
@@ -388,38 +424,62 @@ def merge_parts(
     ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
     (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile.
     """
-    infos: list[ShardInfo] = []
-    for i, p in enumerate(parts):
-        path = dst / shard_relpath(collection, "configs", split, i, len(parts))
+    infos = _configs_shards(kind, collection, split, parts)
+    for p, info in zip(parts, infos, strict=True):
+        path = dst / info.path
         path.parent.mkdir(parents=True, exist_ok=True)
         place(staging / p.configs, path)
         checkpoint("shard")
-        infos.append(ShardInfo(
-            path=path.relative_to(dst).as_posix(), table=f"{kind}_configs", collection=collection, split=split,
-            rows=p.configs_rows, row_groups=p.configs_row_groups, bytes=p.configs_file_bytes,
-            sha256=p.configs_sha256, first_graph=p.graph_ids[0], last_graph=p.graph_ids[-1],
-        ))
-    table = f"{kind}_graphs"
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
     for i, members in enumerate(plan):
-        path = dst / shard_relpath(collection, "graphs", split, i, len(plan))
+        rel = shard_relpath(collection, "graphs", split, i, len(plan))
+        path = dst / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = 0
         chosen = [parts[j] for j in members]
-        with atomic_path(path) as tmp, _writer(tmp, table, compression_level) as w:
-            pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
-            if kind == "tile":
-                pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
-            for t in pieces:
-                w.write_table(t, row_group_size=max(t.num_rows, 1))
-                rows += t.num_rows
+        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level)
         checkpoint("shard")
-        meta = pq.ParquetFile(path).metadata
-        infos.append(ShardInfo(
-            path=path.relative_to(dst).as_posix(), table=table, collection=collection, split=split,
-            rows=rows, row_groups=meta.num_row_groups, bytes=path.stat().st_size,
-            sha256=sha256_file(path), first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
-        ))
+        infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
+    return infos
+
+
+# --------------------------------------------------------------------------- object stores
+# Parts and shards are written to a local temporary folder by the same code as a local build, then
+# uploaded whole (streamed, multipart): the bytes are those of a local build, memory stays bounded by
+# the writer's row groups and the upload's blocks, and an object appears only once complete.
+
+
+def write_parts_to_store(graphs: Sequence[ConvertedGraph], staging: Store, name: str, row_group_bytes: int,
+                         compression_level: int) -> PartFiles:
+    """``write_parts`` into the staging prefix of an object store (configs part first, then graphs)."""
+    with tempfile.TemporaryDirectory(prefix="tpuprep-parts-") as tmp:
+        parts = write_parts(graphs, Path(tmp), name, row_group_bytes, compression_level)
+        for rel in (parts.configs, parts.graphs):
+            staging.put_file(Path(tmp) / rel, rel)
+    return parts
+
+
+def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence[PartFiles], staging: Store,
+                         dst: Store, *, shard_bytes: int, compression_level: int) -> list[ShardInfo]:
+    """``merge_parts`` in an object store: configs parts are copied inside the store; the graph parts
+    of each ``graphs`` shard are fetched to a local temporary folder, merged there and uploaded."""
+    infos = _configs_shards(kind, collection, split, parts)
+    for p, info in zip(parts, infos, strict=True):
+        dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
+        checkpoint("shard")
+    plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
+    for i, members in enumerate(plan):
+        rel = shard_relpath(collection, "graphs", split, i, len(plan))
+        chosen = [parts[j] for j in members]
+        with tempfile.TemporaryDirectory(prefix="tpuprep-merge-") as tmp:
+            local = Path(tmp)
+            for p in chosen:
+                (local / p.graphs).parent.mkdir(parents=True, exist_ok=True)
+                staging.get_file(p.graphs, local / p.graphs)
+            path = local / "shard.parquet"
+            rows = _write_graphs_shard(path, kind, chosen, local, compression_level)
+            infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
+            dst.put_file(path, rel)
+        checkpoint("shard")
     return infos
 
 
@@ -429,5 +489,5 @@ def shard_record(info: ShardInfo) -> dict:
 
 __all__ = [
     "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "layout_rows_per_group", "list_column",
-    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts",
+    "merge_parts", "merge_parts_to_store", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts", "write_parts_to_store",
 ]
