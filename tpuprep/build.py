@@ -21,12 +21,24 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, UsageError
 from .faults import checkpoint
-from .inputs import InputFile, check_selection, discover, inventory, open_input
+from .inputs import (
+    InputFile,
+    Stamp,
+    check_selection,
+    current_stamp,
+    discover,
+    inventory,
+    open_source,
+    reopened_stamp,
+)
+from .io.archive import is_archive_name
 from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
+from .io.storage import scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock
@@ -95,38 +107,26 @@ def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
     return staging / sidecar_relpath(batch[0].relpath)
 
 
-Stamp = list[int] | None
-"""[size in bytes, mtime in ns] of an input file, or None when it is gone."""
-
-
-def _stamp(path: Path) -> Stamp:
-    try:
-        st = path.lstat()
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
     """What must be unchanged for a finished batch to be reused by --resume: the options and each
-    file's relpath, size and mtime — as they were read (``stamps``) or as they are now (lstat)."""
-    stamps = [_stamp(i.path) for i in batch] if stamps is None else stamps
+    file's relpath, size and mtime (or remote version) — as they were read (``stamps``) or as they are
+    now (``current_stamp``)."""
+    stamps = [current_stamp(i) for i in batch] if stamps is None else stamps
     return {"options": opts.fingerprint(),
             "files": [[i.relpath, *(s or [None, None])] for i, s in zip(batch, stamps, strict=True)]}
 
 
 def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple[ConvertedGraph, Stamp]:
-    """Open the file once (no link followed, regular files only), hash and size the bytes read, convert
-    from the same open file, and check it did not change meanwhile. Fills record's sha256 and bytes."""
-    fh, st = open_input(inp.path)
+    """Open the file once (no link followed, regular files only; an archive member in place; a remote
+    object by one read), hash and size the bytes read, convert from the same open file, and check it
+    did not change meanwhile. Fills record's sha256 and bytes."""
+    fh, stamp = open_source(inp)
     with fh:
-        stamp = [st.st_size, st.st_mtime_ns]
         record["sha256"], record["bytes"] = sha256_stream(fh)
-        if record["bytes"] != st.st_size:
+        if record["bytes"] != stamp[0]:
             raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
         g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
-        now = os.fstat(fh.fileno())
-        if [now.st_size, now.st_mtime_ns] != stamp:
+        if reopened_stamp(fh, stamp) != stamp:
             raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
     return g, stamp
 
@@ -134,15 +134,15 @@ def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple
 def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGraph | None, Stamp]:
     """Convert one file: (its record, the converted graph or None if quarantined, its stamp)."""
     record: dict = {"path": inp.relpath, "graph_id": inp.graph_id, "collection": inp.collection,
-                    "kind": inp.kind, "split": inp.split, "bytes": inp.size}
+                    "kind": inp.kind, "split": inp.split, "bytes": inp.size, **inp.describe()}
     try:
         g, stamp = _read_and_convert(inp, opts, record)
     except BadInput as exc:
-        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None, _stamp(inp.path)
+        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None, current_stamp(inp)
     except (MemoryError, OSError, ValueError, IndexError, TypeError, KeyError) as exc:
         # not foreseen by validation: still one line about this file, and the batch goes on
         return record | {"status": "quarantined", "key": None, "error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc(limit=8)}, None, _stamp(inp.path)
+                         "traceback": traceback.format_exc(limit=8)}, None, current_stamp(inp)
     record |= {
         "status": "ok", "warnings": list(g.warnings), "moments": g.feature_moments(),
         "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
@@ -188,7 +188,8 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
     if len(batch) > 1:
         error += f" (it was converting {len(batch)} files together; all of them are set aside)"
     records = [{"path": i.relpath, "graph_id": i.graph_id, "collection": i.collection, "kind": i.kind,
-                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error}
+                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error,
+                **i.describe()}
                for i in batch]
     files = [[i.relpath, i.size, None] for i in batch]
     return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
@@ -221,28 +222,36 @@ def _overlap(a: Path, b: Path) -> bool:
     return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
 
 
-def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
-    """Resolve ``src`` and ``dst`` (following links) and refuse URLs, a missing ``src`` and any overlap
-    of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
+def check_paths(src: str | Path, dst: str | Path) -> tuple[Path | str, Path]:
+    """Resolve ``src`` and ``dst`` (following links) and refuse a URL ``dst``, a missing ``src`` and any
+    overlap of the two: a build never writes into, or deletes from, its own input. Raises UsageError.
+    A local ``src`` is a folder or a tar archive; a URL ``src`` is returned as it is (``discover``
+    resolves its store once and reports a missing bucket or key)."""
     for flag, value in (("--src", src), ("--dst", dst)):
         if not str(value):
             raise UsageError(f"{flag} must not be empty")
-        if looks_like_url(value):
-            raise UsageError(f"{flag} {value} looks like a URL: object stores are not supported yet; "
-                             "give a local folder")
+    if looks_like_url(dst):
+        raise UsageError(f"--dst {dst} looks like a URL: object stores are not supported yet; "
+                         "give a local folder")
+    if scheme_of(src) not in (None, "file"):  # remote: it cannot overlap a local --dst
+        return str(src), Path(dst).resolve()
+    if scheme_of(src) == "file":
+        src = urlsplit(os.fspath(src)).path
     src_path, dst_path = Path(src).resolve(), Path(dst).resolve()
-    if not src_path.is_dir():
-        raise UsageError(f"--src {src} " + ("is not a folder" if src_path.exists() else "does not exist"))
+    if not (src_path.is_dir() or (src_path.is_file() and is_archive_name(src_path.name))):
+        raise UsageError(f"--src {src} " + ("is neither a folder nor a tar archive (*.tar)"
+                                            if src_path.exists() else "does not exist"))
     if _overlap(src_path, dst_path):
         raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
     return src_path, dst_path
 
 
-def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | None, refused: list) -> None:
+def _no_inputs(src: Path | str, collections: list[str] | None, splits: list[str] | None, refused: list,
+               storage_options: dict | None = None) -> None:
     """Nothing was selected: name the filter and what exists, or say there is nothing at all."""
     if collections or splits:
-        everything, _ = discover(src)
+        everything, _ = discover(src, storage_options=storage_options)
         if everything:
             named = " ".join(f"--{flag} {','.join(v)}" for flag, v in (("collections", collections),
                                                                        ("splits", splits)) if v)
@@ -326,12 +335,21 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path) -> dict
     return done
 
 
-def _refused_record(exc: BadInput, src: Path) -> dict:
+def _refused_record(exc: BadInput, src: Path | str) -> dict:
+    """The quarantine record of an entry refused by discovery; ``path`` relative to ``src`` (an archive
+    member as ``<archive>!<member>``, the archive relative to ``src``)."""
+    if isinstance(src, str):  # a URL
+        prefix = src.rstrip("/") + "/"
+        text = exc.path or src
+        return {"path": text[len(prefix):] if text.startswith(prefix) else without_credentials(text),
+                "graph_id": None, "collection": None, "kind": None, "split": None, "bytes": 0,
+                "status": "quarantined", "key": exc.key, "error": exc.problem}
     path = Path(exc.path) if exc.path else src
     try:
         rel = path.relative_to(src).as_posix()
     except ValueError:
-        rel = str(path)
+        # --src is the archive: <archive name>!<member>
+        rel = str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
     size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
     return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
@@ -349,10 +367,13 @@ def build(
     overwrite: bool = False,
     dry_run: bool = False,
     progress: Progress | None = None,
+    src_storage_options: dict | None = None,
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
-    Raises UsageError, before touching anything, for a URL, overlapping ``src``/``dst``, an unknown
+    ``src`` is a folder, a tar archive or a folder of tars, locally or as a URL (``src_storage_options``:
+    the fsspec options of its store, e.g. from a run file; the AWS environment variables otherwise).
+    Raises UsageError, before touching anything, for a URL ``dst``, overlapping ``src``/``dst``, an unknown
     collection or split, a selection that matches no file, or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
     """
@@ -360,9 +381,9 @@ def build(
     src, dst = check_paths(src, dst)
     check_selection(collections, splits)
     notify = progress or (lambda event, info: None)
-    inputs, refused = discover(src, collections, splits)
+    inputs, refused = discover(src, collections, splits, src_storage_options)
     if not inputs:
-        _no_inputs(src, collections, splits, refused)
+        _no_inputs(src, collections, splits, refused, src_storage_options)
     refused_records = [_refused_record(e, src) for e in refused]
     inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:
@@ -402,7 +423,7 @@ def _build_locked(src: Path, dst: Path, opts: BuildOptions, inputs: list[InputFi
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        return runner.submit(process_batch, batch, opts, str(staging), paths=(batch[0].path, staging),
+        return runner.submit(process_batch, batch, opts, str(staging), paths=(*filter(None, [batch[0].local_file]), staging),
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 
     # The serial runner runs a task when it is submitted: take each result as it comes, so that

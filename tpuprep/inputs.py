@@ -2,12 +2,16 @@
 
 The collection and split of a file come from its path: ``.../tile/xla/<split>/<stem>.npz`` or
 ``.../layout/<xla|nlp>/<default|random>/<split>/<stem>.npz``. ``--src`` may point at ``npz/``,
-``npz_all/npz``, a collection folder or a split folder. Large ``node_config_feat`` members are not
-read here: ``NpzFile.iter_rows`` streams them.
+``npz_all/npz``, a collection folder or a split folder, a tar archive of such a tree (``npz_all.tar``,
+a per-collection tar, with or without the leading ``npz/``) or a folder holding tars — locally or as a
+URL (``s3://bucket/npz/``, ``s3://bucket/npz_all.tar``). Archive members are read in place (an
+``io.archive.MemberView`` locally, one ranged read remotely), never extracted. Large
+``node_config_feat`` members are not read here: ``NpzFile.iter_rows`` streams them.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Iterable
@@ -17,8 +21,10 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .errors import BadInput, UsageError
+from .errors import BadInput, FatalError, UsageError
+from .io.archive import MemberView, TarMember, index_tar, is_archive_name
 from .io.npz import Member, NpzFile
+from .io.storage import Store, resolve, scheme_of
 from .tpugraphs import (
     COLLECTIONS,
     LAYOUT_KEYS,
@@ -43,18 +49,60 @@ MAX_WHOLE_MEMBER_BYTES = 4 << 30
 DEFLATE_MAX_RATIO = 1100  # DEFLATE cannot exceed ~1032:1
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where an input's bytes are when it is not a plain local file: a member of a tar archive (local
+    or remote) or a remote object. Plain data, so a task sent to another process carries it and the
+    worker opens the store itself.
+
+    url: the archive or object (a local absolute path, or a URL without credentials); member: the
+    member's name inside the archive (None for an object); offset: byte offset of the member's data
+    in the archive (0 for an object); version: the archive's or object's identity when it was listed
+    (``<size>:<mtime ns>`` locally, the ETag or modification time remotely; part of the --resume
+    fingerprint); archive: how the manifest names the archive (its path relative to --src, or its
+    base name when --src is the archive; None for an object); storage_options: the fsspec options
+    of the store (never shown, compared or recorded).
+    """
+
+    url: str
+    member: str | None = None
+    offset: int = 0
+    version: str = ""
+    archive: str | None = None
+    storage_options: dict | None = field(default=None, compare=False, repr=False)
+
+
 @dataclass(frozen=True, order=True)
 class InputFile:
-    """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was."""
+    """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was.
+
+    ``path`` names the file to people: a local ``Path`` for a plain local file, else a string (a URL,
+    or ``<archive>!<member>`` for a member of a tar archive), and then ``origin`` says where its bytes are.
+    """
 
     graph_id: str
     relpath: str
-    path: Path = field(compare=False)
+    path: Path | str = field(compare=False)
     kind: str = field(compare=False)  # "layout" | "tile"
     collection: str = field(compare=False)
     split: str = field(compare=False)
     stem: str = field(compare=False)
     size: int = field(compare=False)
+    origin: Origin | None = field(default=None, compare=False)
+
+    @property
+    def local_file(self) -> Path | None:
+        """The local file whose bytes a task reads (the file itself or its archive), None if remote."""
+        if self.origin is None:
+            return Path(self.path)
+        return None if scheme_of(self.origin.url) else Path(self.origin.url)
+
+    def describe(self) -> dict:
+        """The manifest's record of where the input came from when it is an archive member:
+        ``{"archive": <archive relative to --src>, "member": <name inside it>}`` (else empty)."""
+        if self.origin is None or self.origin.member is None:
+            return {}
+        return {"archive": self.origin.archive, "member": self.origin.member}
 
 
 def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
@@ -111,20 +159,48 @@ def open_input(path: Path) -> tuple[BinaryIO, os.stat_result]:
         raise
 
 
-def discover(
-    src: str | Path,
-    collections: Iterable[str] | None = None,
-    splits: Iterable[str] | None = None,
-) -> tuple[list[InputFile], list[BadInput]]:
-    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
-    and other non-regular files, bad names, unknown places, graph-id clashes). Symbolic links are never
-    followed and nothing is opened: each entry is only ``lstat``-ed."""
-    root = Path(src).resolve()
-    if not root.is_dir():
-        raise FileNotFoundError(f"--src {src} is not a directory")
-    collections = list(collections or [])
-    splits = set(splits or SPLITS)
-    found: list[InputFile] = []
+@dataclass(frozen=True)
+class _Entry:
+    """A file found under --src before it is classified: its path components (the last is the file
+    name), how it is named to people, its size in bytes and where its bytes are (None: a plain local
+    file at ``path``)."""
+
+    parts: tuple[str, ...]
+    path: Path | str
+    size: int
+    origin: Origin | None = None
+
+
+def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin) -> tuple[list[_Entry], list[BadInput]]:
+    """The npz members of the tar archive open in ``fh`` (``origin``: the archive, no member yet)."""
+    try:
+        members, refused = index_tar(fh, display, size)
+    except BadInput as exc:
+        return [], [exc]
+    return [_member_entry(m, display, origin) for m in members], refused
+
+
+def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
+    return _Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
+                  Origin(origin.url, m.name, m.offset, origin.version, origin.archive,
+                         origin.storage_options))
+
+
+def _local_archive(path: Path, archive: str) -> tuple[list[_Entry], list[BadInput]]:
+    """Index a local tar archive (opened without following a link; headers only)."""
+    try:
+        fh, st = open_input(path)
+    except BadInput as exc:
+        return [], [exc]
+    with fh:
+        origin = Origin(str(path), version=f"{st.st_size}:{st.st_mtime_ns}", archive=archive)
+        return _archive_entries(fh, str(path), st.st_size, origin)
+
+
+def _local_entries(root: Path) -> tuple[list[_Entry], list[BadInput]]:
+    """Every ``*.npz`` and ``*.tar`` under the local folder ``root`` (links never followed, nothing
+    opened but the archives, whose headers are indexed)."""
+    entries: list[_Entry] = []
     refused: list[BadInput] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
@@ -133,7 +209,8 @@ def discover(
                 refused.append(BadInput(here / d, None, "is a symbolic link to a folder; not followed"))
         dirnames.sort()
         for name in sorted(filenames):
-            if not name.endswith(".npz"):
+            archive = is_archive_name(name)
+            if not (name.endswith(".npz") or archive):
                 continue
             path = here / name
             try:
@@ -147,20 +224,120 @@ def discover(
             if not stat.S_ISREG(st.st_mode):
                 refused.append(BadInput(path, None, _not_regular(st.st_mode)))
                 continue
+            if archive:
+                found, bad = _local_archive(path, path.relative_to(root).as_posix())
+                entries += found
+                refused += bad
+            else:
+                entries.append(_Entry(path.parts, path, st.st_size))
+    return entries, refused
+
+
+def _remote_failure(store: Store, exc: BaseException) -> Exception:
+    """The one-line error for a store that cannot be listed: a missing bucket or a permission
+    problem is fatal (exit 1), a missing key under an existing bucket is a usage error (exit 2)."""
+    if isinstance(exc, PermissionError):
+        return FatalError(f"--src {store.display}: access denied (check the credentials and the "
+                          "permissions of the bucket)")
+    if isinstance(exc, FileNotFoundError):
+        bucket = store.root.split("/", 1)[0]
+        try:
+            bucket_exists = bool(bucket) and store.fs.exists(bucket)
+        except Exception:  # any failure to look: the bucket cannot be used
+            bucket_exists = False
+        if bucket and not bucket_exists:
+            return FatalError(f"--src {store.display}: the bucket {store.protocol}://{bucket} does not "
+                              "exist or cannot be reached")
+        return UsageError(f"--src {store.display} does not exist")
+    return FatalError(f"--src {store.display}: cannot be listed ({type(exc).__name__}: {exc})")
+
+
+def _version(meta: dict) -> str:
+    """An object's identity from its listing: ETag, else modification time (for --resume)."""
+    for key in ("ETag", "etag", "LastModified", "mtime", "updated", "created"):
+        if meta.get(key):
+            return str(meta[key])
+    return ""
+
+
+def _remote_entries(store: Store, storage_options: dict | None) -> tuple[list[_Entry], list[BadInput]]:
+    """Every ``*.npz`` and ``*.tar`` object at or under ``store.root`` (archives indexed by ranged
+    reads of their headers)."""
+    fs = store.fs
+    try:
+        meta = fs.info(store.root)
+        if meta.get("type") == "directory":
+            objects = sorted(fs.find(store.root, detail=True).items())
+        else:
+            objects = [(store.root, meta)]
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        raise _remote_failure(store, exc) from None
+    single = len(objects) == 1 and objects[0][0] == store.root
+    entries: list[_Entry] = []
+    refused: list[BadInput] = []
+    for key, meta in objects:
+        name = key.rsplit("/", 1)[-1]
+        url = f"{store.protocol}://{key}"
+        if name.endswith(".npz") and not single:
+            entries.append(_Entry(tuple(key.split("/")), url, int(meta["size"]),
+                                  Origin(url, version=_version(meta), storage_options=storage_options)))
+        elif is_archive_name(name):
+            archive = name if single else key[len(store.root):].lstrip("/")
+            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options)
             try:
-                kind, collection, split, relpath = classify(path.parts)
-            except ValueError as exc:
-                refused.append(BadInput(path, None, f"cannot tell its collection and split: {exc}"))
-                continue
-            if not selected(collection, collections) or split not in splits:
-                continue
-            stem = name[:-4]
-            if not is_safe_stem(stem):
-                refused.append(BadInput(path, None, f"file name {stem!r} is not a safe graph id "
-                                        "(letters, digits and . _ + - only)"))
-                continue
-            found.append(InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split,
-                                   stem, st.st_size))
+                with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
+                    found, bad = _archive_entries(fh, url, int(meta["size"]), origin)
+            except Exception as exc:  # as above
+                raise _remote_failure(store, exc) from None
+            entries += found
+            refused += bad
+        elif single:
+            raise UsageError(f"--src {store.display} is neither a folder nor a tar archive")
+    return entries, refused
+
+
+def list_source(src: str | Path, storage_options: dict | None = None) -> tuple[list[_Entry], list[BadInput]]:
+    """What ``src`` holds (a local folder or tar archive, or a URL of either), not yet classified."""
+    if scheme_of(src) not in (None, "file"):
+        return _remote_entries(resolve(src, storage_options, what="--src"), storage_options)
+    root = Path(resolve(src).root).resolve()
+    if root.is_file() and is_archive_name(root.name):
+        return _local_archive(root, root.name)
+    if not root.is_dir():
+        raise FileNotFoundError(f"--src {src} is neither a directory nor a tar archive")
+    return _local_entries(root)
+
+
+def discover(
+    src: str | Path,
+    collections: Iterable[str] | None = None,
+    splits: Iterable[str] | None = None,
+    storage_options: dict | None = None,
+) -> tuple[list[InputFile], list[BadInput]]:
+    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
+    and other non-regular files, bad names, unknown places, graph-id clashes). ``src`` is a local folder,
+    a tar archive or a folder holding tars, or a URL of any of these (``storage_options``: the fsspec
+    options of its store). Symbolic links are never followed and no npz is opened: each entry is only
+    ``lstat``-ed (or listed), archives have their headers indexed."""
+    collections = list(collections or [])
+    splits = set(splits or SPLITS)
+    entries, refused = list_source(src, storage_options)
+    found: list[InputFile] = []
+    for e in entries:
+        try:
+            kind, collection, split, relpath = classify(e.parts)
+        except ValueError as exc:
+            refused.append(BadInput(e.path, None, f"cannot tell its collection and split: {exc}"))
+            continue
+        if not selected(collection, collections) or split not in splits:
+            continue
+        stem = e.parts[-1][:-4]
+        if not is_safe_stem(stem):
+            refused.append(BadInput(e.path, None, f"file name {stem!r} is not a safe graph id "
+                                    "(letters, digits and . _ + - only)"))
+            continue
+        found.append(InputFile(graph_id_of(collection, stem), relpath, e.path, kind, collection, split,
+                               stem, e.size, e.origin))
     found.sort()
     unique: list[InputFile] = []
     for inp in found:
@@ -170,6 +347,62 @@ def discover(
             continue
         unique.append(inp)
     return unique, refused
+
+
+Stamp = list | None
+"""[size in bytes, mtime in ns (local) or the object's version string (remote)] of an input file as it
+was read or as it is now, or None when it is gone. Part of the --resume fingerprint."""
+
+
+def current_stamp(inp: InputFile) -> Stamp:
+    """The stamp of ``inp`` as it is now: ``lstat`` of the file, or of its local archive; a remote
+    input's version from this build's listing."""
+    local = inp.local_file
+    if local is None:
+        return [inp.size, inp.origin.version]
+    try:
+        st = local.lstat()
+    except OSError:
+        return None
+    if inp.origin is None:
+        return [st.st_size, st.st_mtime_ns]
+    return [inp.size, st.st_mtime_ns] if inp.origin.offset + inp.size <= st.st_size else None
+
+
+def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
+    """Open the bytes of ``inp`` for reading (the caller closes the file) and return them with their
+    stamp: a plain local file through ``open_input``; a member of a local archive as a ``MemberView``
+    of the archive (opened the same way); a remote object or archive member fetched whole by one
+    (ranged) read into memory. Raises BadInput naming the input when it cannot be read."""
+    o = inp.origin
+    if o is None:
+        fh, st = open_input(Path(inp.path))
+        return fh, [st.st_size, st.st_mtime_ns]
+    if scheme_of(o.url) is None:
+        fh, st = open_input(Path(o.url))
+        if o.offset + inp.size > st.st_size:
+            fh.close()
+            raise BadInput(inp.path, None, "the archive is shorter than when it was listed (changed?)")
+        return MemberView(fh, o.offset, inp.size), [inp.size, st.st_mtime_ns]
+    store = resolve(o.url, o.storage_options, what="--src")
+    start, end = (o.offset, o.offset + inp.size) if o.member else (None, None)
+    try:
+        data = store.fs.cat_file(store.root, start=start, end=end)
+    except FileNotFoundError:
+        raise BadInput(inp.path, None, "vanished after it was found (deleted while the build ran)") from None
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        raise BadInput(inp.path, None, f"cannot be read ({type(exc).__name__}: {exc})") from None
+    if len(data) != inp.size:
+        raise BadInput(inp.path, None, f"is {len(data)} bytes, it was {inp.size} when listed (changed?)")
+    return io.BytesIO(data), [inp.size, o.version]
+
+
+def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
+    """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
+    if isinstance(fh, io.BytesIO):
+        return stamp
+    st = os.fstat((fh.archive if isinstance(fh, MemberView) else fh).fileno())
+    return [stamp[0] if isinstance(fh, MemberView) else st.st_size, st.st_mtime_ns]
 
 
 # --------------------------------------------------------------------------- reading one graph
