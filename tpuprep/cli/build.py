@@ -43,7 +43,9 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 
 
 @main.command()
-@click.option("--src", required=True, help="npz/, npz_all/npz, a collection folder or a split folder.")
+@click.option("--src", required=True, help="npz/, npz_all/npz, a collection or split folder, a tar archive "
+              "(npz_all.tar, npz_tile_xla_train.tar, ...) or a folder of them; or a URL of any "
+              "of these (s3://bucket/npz_all.tar).")
 @click.option("--dst", required=True, help="Shard folder (a local folder outside --src).")
 @click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")
 @click.option("--no-prune", is_flag=True, help="Keep whole layout graphs.")
