@@ -37,8 +37,8 @@ def timed_build(src: Path, dst: Path) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one ``tpuprep build --overwrite -q`` subprocess."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "tpuprep", "build", "--src", str(src), "--dst", str(dst),
-                    "--overwrite", "-q"], check=True, env=os.environ.copy())
+    subprocess.run([sys.executable, "-c", "from tpuprep.cli.group import main; main()", "build",
+                    "--src", str(src), "--dst", str(dst), "--overwrite", "-q"], check=True, env=os.environ.copy())
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
