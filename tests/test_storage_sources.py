@@ -249,3 +249,22 @@ def test_a_missing_key_is_one_line_and_exit_2(bucket, tmp_path):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and f"{bucket}/nothing/here.tar does not exist" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_dask_build_from_a_tar_in_a_bucket(bucket, npz_all, tree, tmp_path):
+    """Dask worker processes open the bucket themselves (AWS_* from their environment): the task
+    carries the archive's URL and the member's offset, never an open file."""
+    distributed = pytest.importorskip("distributed")
+    from tpuprep.runners.dask_cluster import DaskRunner
+
+    url = _upload(bucket, npz_all, "npz_all.tar")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        runner = DaskRunner(address=cluster.scheduler_address)
+        try:
+            report = build(url, tmp_path / "out", collections=["tile"], splits=["train"], runner=runner)
+        finally:
+            runner.close()
+    build(tree, tmp_path / "ref", collections=["tile"], splits=["train"])
+    assert not report.quarantined
+    assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
