@@ -233,6 +233,23 @@ def test_a_plain_npz_tree_in_a_bucket(bucket, tree, tmp_path):
     assert all("archive" not in e for e in report.manifest["inputs"])
 
 
+def test_resume_from_a_bucket_reuses_members_until_the_object_changes(bucket, tree, tmp_path, monkeypatch):
+    from tpuprep import build as build_module
+
+    original = build_module._remove_own
+    monkeypatch.setattr(build_module, "_remove_own",
+                        lambda dst, under: None if under == (build_module.STAGING,) else original(dst, under))
+    files = _npz(tree, "tile/xla/valid")
+    url = _upload(bucket, _tar(tmp_path / "a.tar", tree, files), "npz_tile_xla_valid.tar")
+    dst = tmp_path / "out"
+    build(url, dst)
+    again = build(url, dst, resume=True)
+    assert again.reused and not again.converted
+    _upload(bucket, _tar(tmp_path / "b.tar", tree, files[::-1]), "npz_tile_xla_valid.tar")  # new ETag
+    changed = build(url, dst, resume=True)
+    assert changed.converted and not changed.reused
+
+
 def test_a_missing_bucket_is_one_line_and_exit_1(s3_env, tmp_path):
     result = CliRunner().invoke(main, ["build", "--src", "s3://no-such-bucket-tpuprep/npz",
                                        "--dst", str(tmp_path / "out")])
