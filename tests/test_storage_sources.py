@@ -47,10 +47,9 @@ def tree(synth_root) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tree_shards(tmp_path_factory, tree) -> Path:
-    dst = tmp_path_factory.mktemp("tree-shards") / "out"
-    build(tree, dst)
-    return dst
+def tree_shards(synth_shards) -> Path:
+    """The shards of a build from the extracted tree (``tree``)."""
+    return synth_shards
 
 
 @pytest.fixture(scope="module")
