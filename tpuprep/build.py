@@ -29,21 +29,26 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, FatalError, UsageError
 from .faults import checkpoint
 from .inputs import (
     InputFile,
+    Stamp,
     Unplaced,
     check_assignment,
     check_selection,
+    current_stamp,
     discover,
     inventory,
-    open_input,
+    open_source,
+    reopened_stamp,
 )
+from .io.archive import is_archive_name
 from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
-from .io.storage import Store, resolve, without_credentials
+from .io.storage import Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
@@ -118,38 +123,26 @@ def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
     return staging / sidecar_relpath(batch[0].relpath)
 
 
-Stamp = list[int] | None
-"""[size in bytes, mtime in ns] of an input file, or None when it is gone."""
-
-
-def _stamp(path: Path) -> Stamp:
-    try:
-        st = path.lstat()
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
     """What must be unchanged for a finished batch to be reused by --resume: the options and each
-    file's relpath, size and mtime — as they were read (``stamps``) or as they are now (lstat)."""
-    stamps = [_stamp(i.path) for i in batch] if stamps is None else stamps
+    file's relpath, size and mtime (or remote version) — as they were read (``stamps``) or as they are
+    now (``current_stamp``)."""
+    stamps = [current_stamp(i) for i in batch] if stamps is None else stamps
     return {"options": opts.fingerprint(),
             "files": [[i.relpath, *(s or [None, None])] for i, s in zip(batch, stamps, strict=True)]}
 
 
 def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple[ConvertedGraph, Stamp]:
-    """Open the file once (no link followed, regular files only), hash and size the bytes read, convert
-    from the same open file, and check it did not change meanwhile. Fills record's sha256 and bytes."""
-    fh, st = open_input(inp.path)
+    """Open the file once (no link followed, regular files only; an archive member in place; a remote
+    object by one read), hash and size the bytes read, convert from the same open file, and check it
+    did not change meanwhile. Fills record's sha256 and bytes."""
+    fh, stamp = open_source(inp)
     with fh:
-        stamp = [st.st_size, st.st_mtime_ns]
         record["sha256"], record["bytes"] = sha256_stream(fh)
-        if record["bytes"] != st.st_size:
+        if record["bytes"] != stamp[0]:
             raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
         g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
-        now = os.fstat(fh.fileno())
-        if [now.st_size, now.st_mtime_ns] != stamp:
+        if reopened_stamp(fh, stamp) != stamp:
             raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
     return g, stamp
 
@@ -157,15 +150,15 @@ def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple
 def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGraph | None, Stamp]:
     """Convert one file: (its record, the converted graph or None if quarantined, its stamp)."""
     record: dict = {"path": inp.relpath, "graph_id": inp.graph_id, "collection": inp.collection,
-                    "kind": inp.kind, "split": inp.split, "bytes": inp.size}
+                    "kind": inp.kind, "split": inp.split, "bytes": inp.size, **inp.describe()}
     try:
         g, stamp = _read_and_convert(inp, opts, record)
     except BadInput as exc:
-        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None, _stamp(inp.path)
+        return record | {"status": "quarantined", "key": exc.key, "error": exc.problem}, None, current_stamp(inp)
     except (MemoryError, OSError, ValueError, IndexError, TypeError, KeyError) as exc:
         # not foreseen by validation: still one line about this file, and the batch goes on
         return record | {"status": "quarantined", "key": None, "error": f"{type(exc).__name__}: {exc}",
-                         "traceback": traceback.format_exc(limit=8)}, None, _stamp(inp.path)
+                         "traceback": traceback.format_exc(limit=8)}, None, current_stamp(inp)
     record |= {
         "status": "ok", "warnings": list(g.warnings), "moments": g.feature_moments(),
         "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
@@ -219,7 +212,8 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
     if len(batch) > 1:
         error += f" (it was converting {len(batch)} files together; all of them are set aside)"
     records = [{"path": i.relpath, "graph_id": i.graph_id, "collection": i.collection, "kind": i.kind,
-                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error}
+                "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error,
+                **i.describe()}
                for i in batch]
     files = [[i.relpath, i.size, None] for i in batch]
     return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
@@ -257,42 +251,47 @@ def _overlap(a: Path, b: Path) -> bool:
     return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
 
 
-def check_source(src: str | Path) -> Path:
-    """Resolve ``src`` (following links); refuse an empty value, a URL, a missing path and a ``src``
-    that is neither a folder nor an ``.npz`` file. Raises UsageError."""
+def check_source(src: str | Path) -> Path | str:
+    """Resolve ``src`` (following links). A URL is returned as it is (``discover`` resolves its store
+    once and reports a missing bucket or key); a local ``src`` (also ``file://``) must be a folder, an
+    ``.npz`` file or a tar archive. Raises UsageError."""
     if not str(src):
         raise UsageError("--src must not be empty")
-    if looks_like_url(src):
-        raise UsageError(f"--src {src} looks like a URL: object stores are not supported yet; "
-                         "give a local folder")
+    if scheme_of(src) not in (None, "file"):
+        return str(src)
+    if scheme_of(src) == "file":
+        src = urlsplit(os.fspath(src)).path
     src_path = Path(src).resolve()
     if not src_path.exists():
         raise UsageError(f"--src {src} does not exist")
-    if not src_path.is_dir() and not (src_path.is_file() and src_path.name.endswith(".npz")):
-        raise UsageError(f"--src {src} is neither a folder nor an .npz file")
+    if not src_path.is_dir() and not (src_path.is_file() and (src_path.name.endswith(".npz")
+                                                              or is_archive_name(src_path.name))):
+        raise UsageError(f"--src {src} is neither a folder, an .npz file nor a tar archive (*.tar)")
     return src_path
 
 
-def check_paths(src: str | Path, dst: str | Path) -> tuple[Path, Path]:
+def check_paths(src: str | Path, dst: str | Path) -> tuple[Path | str, Path]:
     """Resolve ``src`` and a local ``dst`` (following links) and refuse a missing ``src`` and any
     overlap of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
     src_path = check_source(src)
     if not str(dst):
         raise UsageError("--dst must not be empty")
     dst_path = Path(dst).resolve()
+    if isinstance(src_path, str):  # a URL: it cannot overlap a local --dst
+        return src_path, dst_path
     if _overlap(src_path, dst_path):
         raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
     return src_path, dst_path
 
 
-def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | None, refused: list,
-               assigned: bool = False) -> None:
+def _no_inputs(src: Path | str, collections: list[str] | None, splits: list[str] | None, refused: list,
+               storage_options: dict | None = None, assigned: bool = False) -> None:
     """Nothing was selected: name the filter and what exists, say that files outside a TpuGraphs tree
     need --collection/--split, or say there is nothing at all. Returns only when something was refused
     (a symbolic link, a FIFO ...): the build then records it in the quarantine list and exits 3."""
     if collections or splits:
-        everything, _ = discover(src)
+        everything, _ = discover(src, storage_options=storage_options)
         if everything:
             named = " ".join(f"--{flag} {','.join(v)}" for flag, v in (("collections", collections),
                                                                        ("splits", splits)) if v)
@@ -300,7 +299,8 @@ def _no_inputs(src: Path, collections: list[str] | None, splits: list[str] | Non
                              f"it holds {inventory(everything)}")
     unplaced = [r for r in refused if isinstance(r, Unplaced)]
     if unplaced:
-        what = "it is not" if src.is_file() else f"none of its {len(unplaced)} .npz files is"
+        what = "it is not" if isinstance(src, Path) and src.is_file() else \
+            f"none of its {len(unplaced)} .npz files is"
         raise UsageError(f"--src {src}: {what} in a TpuGraphs tree (.../tile/xla/<split>/ or "
                          ".../layout/<xla|nlp>/<default|random>/<split>/), so its collection and split are "
                          "unknown: say them with --collection and --split (e.g. --collection "
@@ -417,12 +417,21 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path | Store)
     return done
 
 
-def _refused_record(exc: BadInput, src: Path) -> dict:
+def _refused_record(exc: BadInput, src: Path | str) -> dict:
+    """The quarantine record of an entry refused by discovery; ``path`` relative to ``src`` (an archive
+    member as ``<archive>!<member>``, the archive relative to ``src``)."""
+    if isinstance(src, str):  # a URL
+        prefix = src.rstrip("/") + "/"
+        text = exc.path or src
+        return {"path": text[len(prefix):] if text.startswith(prefix) else without_credentials(text),
+                "graph_id": None, "collection": None, "kind": None, "split": None, "bytes": 0,
+                "status": "quarantined", "key": exc.key, "error": exc.problem}
     path = Path(exc.path) if exc.path else src
     try:
         rel = path.relative_to(src if src.is_dir() else src.parent).as_posix()
     except ValueError:
-        rel = str(path)
+        # --src is the archive: <archive name>!<member>
+        rel = str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
     size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
     return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
@@ -447,18 +456,19 @@ def build(
 ) -> BuildReport:
     """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
 
-    ``src`` is a TpuGraphs tree (or a collection or split folder of one, or one file in it), where each
-    file's path says its collection and split, optionally filtered by ``collections``/``splits``; or a
-    plain ``.npz`` file or flat folder of them, all of which are ``collection``/``split`` (both given,
-    never with the filters; see ``inputs.discover``).
+    ``src`` is a TpuGraphs tree (or a collection or split folder of one, or one file in it), a tar
+    archive of one or a folder of tars, locally or as a URL, where each file's path says its collection
+    and split, optionally filtered by ``collections``/``splits``; or a plain local ``.npz`` file or flat
+    folder of them, all of which are ``collection``/``split`` (both given, never with the filters; see
+    ``inputs.discover``). ``src_storage_options``: the fsspec options of a ``src`` URL's store (e.g.
+    from a run file; the AWS environment variables otherwise).
 
     ``dst`` is a local folder or an object-store URL (``s3://bucket/prefix``); ``storage_options`` are
-    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded);
-    ``src_storage_options`` the same for a ``src`` URL.
+    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded).
 
-    Raises UsageError, before touching anything, for a source URL, overlapping ``src``/``dst``, an
-    unknown collection or split, a selection that matches no file, files outside a tree without
-    ``collection``/``split`` (or a tree with them), or a ``dst`` it may not write (see
+    Raises UsageError, before touching anything, for overlapping ``src``/``dst``, an unknown collection
+    or split, a selection that matches no file, files outside a tree without ``collection``/``split``
+    (or a tree with them), or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
     A missing bucket or a refused request to the store is a FatalError naming the URL.
     """
@@ -475,9 +485,10 @@ def build(
     check_selection(collections, splits)
     check_assignment(collection, split, collections, splits)
     notify = progress or (lambda event, info: None)
-    inputs, refused = discover(src, collections, splits, collection=collection, split=split)
+    inputs, refused = discover(src, collections, splits, src_storage_options, collection=collection,
+                               split=split)
     if not inputs:
-        _no_inputs(src, collections, splits, refused, assigned=collection is not None)
+        _no_inputs(src, collections, splits, refused, src_storage_options, assigned=collection is not None)
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]
@@ -583,7 +594,8 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        paths = (batch[0].path,) if remote else (batch[0].path, staging)  # workers must see these
+        reads = tuple(filter(None, [batch[0].local_file]))  # workers must see these
+        paths = reads if remote else (*reads, staging)
         return runner.submit(process_batch, batch, opts, staging if remote else str(staging), paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 

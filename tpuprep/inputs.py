@@ -2,24 +2,30 @@
 
 The collection and split of a file come from its path: ``.../tile/xla/<split>/<stem>.npz`` or
 ``.../layout/<xla|nlp>/<default|random>/<split>/<stem>.npz``. ``--src`` may point at ``npz/``,
-``npz_all/npz``, a collection folder, a split folder or one file; a file or flat folder outside such a
-tree is built with ``--collection``/``--split`` saying what its files are. Large ``node_config_feat`` members are not
-read here: ``NpzFile.iter_rows`` streams them.
+``npz_all/npz``, a collection folder, a split folder or one file, a tar archive of such a tree
+(``npz_all.tar``, a per-collection tar, with or without the leading ``npz/``) or a folder holding tars —
+locally or as a URL (``s3://bucket/npz/``, ``s3://bucket/npz_all.tar``); a local file or flat folder
+outside such a tree is built with ``--collection``/``--split`` saying what its files are. Archive members are read in place (an
+``io.archive.MemberView`` locally, one ranged read remotely), never extracted. Large
+``node_config_feat`` members are not read here: ``NpzFile.iter_rows`` streams them.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from .errors import BadInput, UsageError
+from .errors import BadInput, FatalError, UsageError
+from .io.archive import MemberView, TarMember, index_tar, is_archive_name
 from .io.npz import Member, NpzFile
+from .io.storage import Store, resolve, scheme_of
 from .tpugraphs import (
     COLLECTIONS,
     LAYOUT_KEYS,
@@ -46,18 +52,60 @@ MAX_WHOLE_MEMBER_BYTES = 4 << 30
 DEFLATE_MAX_RATIO = 1100  # DEFLATE cannot exceed ~1032:1
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where an input's bytes are when it is not a plain local file: a member of a tar archive (local
+    or remote) or a remote object. Plain data, so a task sent to another process carries it and the
+    worker opens the store itself.
+
+    url: the archive or object (a local absolute path, or a URL without credentials); member: the
+    member's name inside the archive (None for an object); offset: byte offset of the member's data
+    in the archive (0 for an object); version: the archive's or object's identity when it was listed
+    (``<size>:<mtime ns>`` locally, the ETag or modification time remotely; part of the --resume
+    fingerprint); archive: how the manifest names the archive (its path relative to --src, or its
+    base name when --src is the archive; None for an object); storage_options: the fsspec options
+    of the store (never shown, compared or recorded).
+    """
+
+    url: str
+    member: str | None = None
+    offset: int = 0
+    version: str = ""
+    archive: str | None = None
+    storage_options: dict | None = field(default=None, compare=False, repr=False)
+
+
 @dataclass(frozen=True, order=True)
 class InputFile:
-    """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was."""
+    """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was.
+
+    ``path`` names the file to people: a local ``Path`` for a plain local file, else a string (a URL,
+    or ``<archive>!<member>`` for a member of a tar archive), and then ``origin`` says where its bytes are.
+    """
 
     graph_id: str
     relpath: str
-    path: Path = field(compare=False)
+    path: Path | str = field(compare=False)
     kind: str = field(compare=False)  # "layout" | "tile"
     collection: str = field(compare=False)
     split: str = field(compare=False)
     stem: str = field(compare=False)
     size: int = field(compare=False)
+    origin: Origin | None = field(default=None, compare=False)
+
+    @property
+    def local_file(self) -> Path | None:
+        """The local file whose bytes a task reads (the file itself or its archive), None if remote."""
+        if self.origin is None:
+            return Path(self.path)
+        return None if scheme_of(self.origin.url) else Path(self.origin.url)
+
+    def describe(self) -> dict:
+        """The manifest's record of where the input came from when it is an archive member:
+        ``{"archive": <archive relative to --src>, "member": <name inside it>}`` (else empty)."""
+        if self.origin is None or self.origin.member is None:
+            return {}
+        return {"archive": self.origin.archive, "member": self.origin.member}
 
 
 def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
@@ -141,137 +189,307 @@ def check_assignment(collection: str | None, split: str | None, collections: Ite
                              "folder are")
 
 
-def _walk_npz(root: Path) -> Iterator[tuple[Path, int, bool] | BadInput]:
-    """Every ``*.npz`` entry at or under ``root`` (a folder, or one file), sorted: ``(path, size, top)``
-    for a regular file (``top``: directly in ``root``, or ``root`` itself), a BadInput for a symbolic
-    link (to a folder or a file), a FIFO, device or socket, or one that vanished. Only ``lstat``."""
-    if not root.is_dir():
-        entries: Iterable[tuple[str, list[str], list[str]]] = [(str(root.parent), [], [root.name])]
-    else:
-        entries = os.walk(root, followlinks=False)
-    for dirpath, dirnames, filenames in entries:
+@dataclass(frozen=True)
+class _Entry:
+    """A file found under --src before it is classified: its path components (the last is the file
+    name), how it is named to people, its size in bytes and where its bytes are (None: a plain local
+    file at ``path``)."""
+
+    parts: tuple[str, ...]
+    path: Path | str
+    size: int
+    origin: Origin | None = None
+
+
+def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin) -> tuple[list[_Entry], list[BadInput]]:
+    """The npz members of the tar archive open in ``fh`` (``origin``: the archive, no member yet)."""
+    try:
+        members, refused = index_tar(fh, display, size)
+    except BadInput as exc:
+        return [], [exc]
+    return [_member_entry(m, display, origin) for m in members], refused
+
+
+def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
+    return _Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
+                  Origin(origin.url, m.name, m.offset, origin.version, origin.archive,
+                         origin.storage_options))
+
+
+def _local_archive(path: Path, archive: str) -> tuple[list[_Entry], list[BadInput]]:
+    """Index a local tar archive (opened without following a link; headers only)."""
+    try:
+        fh, st = open_input(path)
+    except BadInput as exc:
+        return [], [exc]
+    with fh:
+        origin = Origin(str(path), version=f"{st.st_size}:{st.st_mtime_ns}", archive=archive)
+        return _archive_entries(fh, str(path), st.st_size, origin)
+
+
+def _local_entries(root: Path) -> tuple[list[_Entry], list[BadInput]]:
+    """Every ``*.npz`` and ``*.tar`` at or under ``root``, a local folder or one file (links never
+    followed, nothing opened but the archives, whose headers are indexed)."""
+    entries: list[_Entry] = []
+    refused: list[BadInput] = []
+    walk: Iterable[tuple[str, list[str], list[str]]] = (
+        os.walk(root, followlinks=False) if root.is_dir() else [(str(root.parent), [], [root.name])])
+    for dirpath, dirnames, filenames in walk:
         here = Path(dirpath)
         for d in sorted(dirnames):
             if (here / d).is_symlink():
-                yield BadInput(here / d, None, "is a symbolic link to a folder; not followed")
+                refused.append(BadInput(here / d, None, "is a symbolic link to a folder; not followed"))
         dirnames.sort()
         for name in sorted(filenames):
-            if not name.endswith(".npz"):
+            archive = is_archive_name(name)
+            if not (name.endswith(".npz") or archive):
                 continue
             path = here / name
             try:
                 st = path.lstat()
             except FileNotFoundError:
-                yield BadInput(path, None, "vanished while the source was listed")
+                refused.append(BadInput(path, None, "vanished while the source was listed"))
                 continue
             if stat.S_ISLNK(st.st_mode):
-                yield BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)")
-            elif not stat.S_ISREG(st.st_mode):
-                yield BadInput(path, None, _not_regular(st.st_mode))
+                refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                refused.append(BadInput(path, None, _not_regular(st.st_mode)))
+                continue
+            if archive:
+                found, bad = _local_archive(path, path.name if path == root else path.relative_to(root).as_posix())
+                entries += found
+                refused += bad
             else:
-                yield path, st.st_size, here == root or path == root
+                entries.append(_Entry(path.parts, path, st.st_size))
+    return entries, refused
 
 
-def _input_file(path: Path, size: int, kind: str, collection: str, split: str, relpath: str
-                ) -> InputFile | BadInput:
-    stem = path.name[:-4]
-    if not is_safe_stem(stem):
-        return BadInput(path, None, f"file name {stem!r} is not a safe graph id "
-                        "(letters, digits and . _ + - only)")
-    return InputFile(graph_id_of(collection, stem), relpath, path, kind, collection, split, stem, size)
+def _remote_failure(store: Store, exc: BaseException) -> Exception:
+    """The one-line error for a store that cannot be listed: a missing bucket or a permission
+    problem is fatal (exit 1), a missing key under an existing bucket is a usage error (exit 2)."""
+    if isinstance(exc, PermissionError):
+        return FatalError(f"--src {store.display}: access denied (check the credentials and the "
+                          "permissions of the bucket)")
+    if isinstance(exc, FileNotFoundError):
+        bucket = store.root.split("/", 1)[0]
+        try:
+            bucket_exists = bool(bucket) and store.fs.exists(bucket)
+        except Exception:  # any failure to look: the bucket cannot be used
+            bucket_exists = False
+        if bucket and not bucket_exists:
+            return FatalError(f"--src {store.display}: the bucket {store.protocol}://{bucket} does not "
+                              "exist or cannot be reached")
+        return UsageError(f"--src {store.display} does not exist")
+    return FatalError(f"--src {store.display}: cannot be listed ({type(exc).__name__}: {exc})")
 
 
-def _unique(found: list[InputFile], refused: list[BadInput]) -> list[InputFile]:
-    """``found`` sorted, without graph-id clashes (each clash appended to ``refused``)."""
-    unique: list[InputFile] = []
-    for inp in sorted(found):
-        if unique and unique[-1].graph_id == inp.graph_id:
-            refused.append(BadInput(inp.path, None, f"graph id {inp.graph_id} clashes with "
-                                    f"{unique[-1].relpath}; graph ids must be unique within a build"))
-            continue
-        unique.append(inp)
-    return unique
+def _version(meta: dict) -> str:
+    """An object's identity from its listing: ETag, else modification time (for --resume)."""
+    for key in ("ETag", "etag", "LastModified", "mtime", "updated", "created"):
+        if meta.get(key):
+            return str(meta[key])
+    return ""
+
+
+def _remote_entries(store: Store, storage_options: dict | None) -> tuple[list[_Entry], list[BadInput]]:
+    """Every ``*.npz`` and ``*.tar`` object at or under ``store.root`` (archives indexed by ranged
+    reads of their headers)."""
+    fs = store.fs
+    try:
+        meta = fs.info(store.root)
+        if meta.get("type") == "directory":
+            objects = sorted(fs.find(store.root, detail=True).items())
+        else:
+            objects = [(store.root, meta)]
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        raise _remote_failure(store, exc) from None
+    single = len(objects) == 1 and objects[0][0] == store.root
+    entries: list[_Entry] = []
+    refused: list[BadInput] = []
+    for key, meta in objects:
+        name = key.rsplit("/", 1)[-1]
+        url = f"{store.protocol}://{key}"
+        if name.endswith(".npz") and not single:
+            entries.append(_Entry(tuple(key.split("/")), url, int(meta["size"]),
+                                  Origin(url, version=_version(meta), storage_options=storage_options)))
+        elif is_archive_name(name):
+            archive = name if single else key[len(store.root):].lstrip("/")
+            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options)
+            try:
+                with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
+                    found, bad = _archive_entries(fh, url, int(meta["size"]), origin)
+            except Exception as exc:  # as above
+                raise _remote_failure(store, exc) from None
+            entries += found
+            refused += bad
+        elif single:
+            raise UsageError(f"--src {store.display} is neither a folder nor a tar archive")
+    return entries, refused
+
+
+def list_source(src: str | Path, storage_options: dict | None = None) -> tuple[list[_Entry], list[BadInput]]:
+    """What ``src`` holds (a local folder or tar archive, or a URL of either), not yet classified."""
+    if scheme_of(src) not in (None, "file"):
+        return _remote_entries(resolve(src, storage_options, what="--src"), storage_options)
+    root = Path(resolve(src).root).resolve()
+    if not root.exists():
+        raise FileNotFoundError(f"--src {src} does not exist")
+    if not root.is_dir() and not root.name.endswith(".npz") and not is_archive_name(root.name):
+        raise FileNotFoundError(f"--src {src} is neither a folder, an .npz file nor a tar archive")
+    return _local_entries(root)
 
 
 def discover(
     src: str | Path,
     collections: Iterable[str] | None = None,
     splits: Iterable[str] | None = None,
+    storage_options: dict | None = None,
     *,
     collection: str | None = None,
     split: str | None = None,
 ) -> tuple[list[InputFile], list[BadInput]]:
-    """All ``*.npz`` at or under ``src`` (a folder or one file) sorted by graph id, and the entries
-    refused (symlinks, FIFOs, devices and other non-regular files, bad names, unknown places — an
-    ``Unplaced`` — and graph-id clashes). Symbolic links are never followed and nothing is opened:
-    each entry is only ``lstat``-ed.
+    """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
+    and other non-regular files, bad names, unknown places — an ``Unplaced`` — and graph-id clashes).
+    ``src`` is a local folder or file, a tar archive or a folder holding tars, or a URL of any of these
+    (``storage_options``: the fsspec options of its store). Symbolic links are never followed and no npz
+    is opened: each entry is only ``lstat``-ed (or listed), archives have their headers indexed.
 
     Without ``collection``/``split``, each file's collection and split come from its path in a TpuGraphs
     tree, filtered by ``collections``/``splits``. With them (both, see ``check_assignment``), ``src`` is
-    a plain file or a flat folder: its ``.npz`` files (those directly in it; one in a subfolder is
-    refused) belong to that collection and split, and their ``relpath`` is the one they would have in
-    the tree. UsageError when ``src`` is a tree after all (its paths already say collection and split).
+    a plain local file or a flat folder: its ``.npz`` files (those directly in it; one in a subfolder or
+    an archive is refused) belong to that collection and split, and their ``relpath`` is the one they
+    would have in the tree. UsageError when ``src`` is a tree after all (its paths already say them).
     """
-    root = Path(src).resolve()
-    if not root.exists():
-        raise FileNotFoundError(f"--src {src} does not exist")
     check_assignment(collection, split, collections, splits)
     if collection is not None and split is not None:
-        return _discover_assigned(src, root, collection, split)
+        return _discover_assigned(src, collection, split, storage_options)
     wanted = list(collections or [])
     split_set = set(splits or SPLITS)
 
-    def place(path: Path, _top: bool) -> Place | BadInput | None:
+    def place(e: _Entry, _top: bool) -> Place | BadInput | None:
         try:
-            kind, coll, sp, relpath = classify(path.parts)
+            kind, coll, sp, relpath = classify(e.parts)
         except ValueError as exc:
-            return Unplaced(path, None, f"cannot tell its collection and split: {exc}")
+            return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}")
         return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
 
-    return _collect(root, place)
+    return _collect(src, storage_options, place)
 
 
-def _discover_assigned(src: str | Path, root: Path, collection: str, split: str
+def _discover_assigned(src: str | Path, collection: str, split: str, storage_options: dict | None
                        ) -> tuple[list[InputFile], list[BadInput]]:
     """``discover`` for a plain file or flat folder whose files are all ``collection``/``split``."""
-    placed, _ = discover(root)
+    placed, _ = discover(src, storage_options=storage_options)
     if placed:
         inp = placed[0]
-        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {inp.path.name} already says "
+        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {inp.relpath} already says "
                          f"{inp.collection} {inp.split}; drop --collection/--split (they are for a file or "
                          "folder outside a tree)")
     kind, folder = collection_kind(collection), f"{collection_path(collection)}/{split}"
 
-    def place(path: Path, top: bool) -> Place | BadInput:
+    def place(e: _Entry, top: bool) -> Place | BadInput:
         if not top:
-            return BadInput(path, None, "lies in a subfolder of --src; with --collection/--split only the "
-                            ".npz files directly in --src are read")
-        return kind, collection, split, f"{folder}/{path.name}"
+            return BadInput(e.path, None, "lies in a subfolder or an archive of --src; with "
+                            "--collection/--split only the .npz files directly in --src are read")
+        return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
-    return _collect(root, place)
+    return _collect(src, storage_options, place)
 
 
 Place = tuple[str, str, str, str]
 """(kind, collection, split, canonical relpath) of an input file."""
 
 
-def _collect(root: Path, place: Callable[[Path, bool], Place | BadInput | None]
-             ) -> tuple[list[InputFile], list[BadInput]]:
-    """The inputs at or under ``root`` (sorted, unique graph ids) and the refusals: ``place(path, top)``
-    says where each regular ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None)."""
+def _collect(src: str | Path, storage_options: dict | None,
+             place: Callable[[_Entry, bool], Place | BadInput | None]) -> tuple[list[InputFile], list[BadInput]]:
+    """The inputs of ``src`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
+    where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a plain
+    local file that is ``src`` itself or lies directly in it."""
+    entries, refused = list_source(src, storage_options)
+    root = Path(resolve(src).root).resolve() if scheme_of(src) in (None, "file") else None
     found: list[InputFile] = []
-    refused: list[BadInput] = []
-    for entry in _walk_npz(root):
-        if isinstance(entry, BadInput):
-            refused.append(entry)
-            continue
-        path, size, top = entry
-        where = place(path, top)
+    for e in entries:
+        top = root is not None and e.origin is None and Path(e.path) in (root, root / e.parts[-1])
+        where = place(e, top)
         if where is None:
             continue
-        made = where if isinstance(where, BadInput) else _input_file(path, size, *where)
-        (refused if isinstance(made, BadInput) else found).append(made)
-    return _unique(found, refused), refused
+        if isinstance(where, BadInput):
+            refused.append(where)
+            continue
+        kind, coll, sp, relpath = where
+        stem = e.parts[-1][:-4]
+        if not is_safe_stem(stem):
+            refused.append(BadInput(e.path, None, f"file name {stem!r} is not a safe graph id "
+                                    "(letters, digits and . _ + - only)"))
+            continue
+        found.append(InputFile(graph_id_of(coll, stem), relpath, e.path, kind, coll, sp, stem, e.size,
+                               e.origin))
+    found.sort()
+    unique: list[InputFile] = []
+    for inp in found:
+        if unique and unique[-1].graph_id == inp.graph_id:
+            refused.append(BadInput(inp.path, None, f"graph id {inp.graph_id} clashes with "
+                                    f"{unique[-1].relpath}; graph ids must be unique within a build"))
+            continue
+        unique.append(inp)
+    return unique, refused
+
+
+Stamp = list | None
+"""[size in bytes, mtime in ns (local) or the object's version string (remote)] of an input file as it
+was read or as it is now, or None when it is gone. Part of the --resume fingerprint."""
+
+
+def current_stamp(inp: InputFile) -> Stamp:
+    """The stamp of ``inp`` as it is now: ``lstat`` of the file, or of its local archive; a remote
+    input's version from this build's listing."""
+    local = inp.local_file
+    if local is None:
+        return [inp.size, inp.origin.version]
+    try:
+        st = local.lstat()
+    except OSError:
+        return None
+    if inp.origin is None:
+        return [st.st_size, st.st_mtime_ns]
+    return [inp.size, st.st_mtime_ns] if inp.origin.offset + inp.size <= st.st_size else None
+
+
+def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
+    """Open the bytes of ``inp`` for reading (the caller closes the file) and return them with their
+    stamp: a plain local file through ``open_input``; a member of a local archive as a ``MemberView``
+    of the archive (opened the same way); a remote object or archive member fetched whole by one
+    (ranged) read into memory. Raises BadInput naming the input when it cannot be read."""
+    o = inp.origin
+    if o is None:
+        fh, st = open_input(Path(inp.path))
+        return fh, [st.st_size, st.st_mtime_ns]
+    if scheme_of(o.url) is None:
+        fh, st = open_input(Path(o.url))
+        if o.offset + inp.size > st.st_size:
+            fh.close()
+            raise BadInput(inp.path, None, "the archive is shorter than when it was listed (changed?)")
+        return MemberView(fh, o.offset, inp.size), [inp.size, st.st_mtime_ns]
+    store = resolve(o.url, o.storage_options, what="--src")
+    start, end = (o.offset, o.offset + inp.size) if o.member else (None, None)
+    try:
+        data = store.fs.cat_file(store.root, start=start, end=end)
+    except FileNotFoundError:
+        raise BadInput(inp.path, None, "vanished after it was found (deleted while the build ran)") from None
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        raise BadInput(inp.path, None, f"cannot be read ({type(exc).__name__}: {exc})") from None
+    if len(data) != inp.size:
+        raise BadInput(inp.path, None, f"is {len(data)} bytes, it was {inp.size} when listed (changed?)")
+    return io.BytesIO(data), [inp.size, o.version]
+
+
+def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
+    """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
+    if isinstance(fh, io.BytesIO):
+        return stamp
+    st = os.fstat((fh.archive if isinstance(fh, MemberView) else fh).fileno())
+    return [stamp[0] if isinstance(fh, MemberView) else st.st_size, st.st_mtime_ns]
 
 
 # --------------------------------------------------------------------------- reading one graph

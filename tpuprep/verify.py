@@ -37,14 +37,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import BadInput, BadShards
-from .inputs import InputFile, discover
-from .io.files import sha256_file, sha256_stream
+from .inputs import InputFile, discover, open_source
+from .io.files import sha256_stream
 from .io.npz import NpzFile
 from .kernels.base7 import decode_base7
 from .shards.layout import MANIFEST
@@ -223,14 +224,15 @@ def _check_dedup(g: GraphRecord, options: dict, problems: list[str]) -> None:
     _check(distinct == len(flat), problems, gid, "unique configs are not pairwise distinct")
 
 
-def verify_graph(ds: Dataset, path: Path, graph_id: str, options: dict, problems: list[str],
-                 record: GraphRecord | None = None) -> InputFacts:
+def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, problems: list[str],
+                 record: GraphRecord | None = None, fh: BinaryIO | None = None) -> InputFacts:
     """Check one graph of ``ds`` (``record``, loaded if None) against its input file ``path`` (appends
-    to ``problems``); returns what the input says the graph's counts must be."""
+    to ``problems``); returns what the input says the graph's counts must be. ``fh``: the input
+    already open (``inputs.open_source``: an archive member, a remote object), else ``path`` is opened."""
     g = ds.load_graph(graph_id) if record is None else record
     gid = graph_id
     layout = g.kind == "layout"
-    with NpzFile(path) as f:
+    with NpzFile(path, fh) as f:
         feat = f.read("node_feat").astype(np.float32)
         n = len(feat)
         opcode = f.read("node_opcode")
@@ -546,18 +548,23 @@ def verify_input(ds: Dataset | str, inp: InputFile, entry: dict,
     if not isinstance(ds, Dataset):
         ds = _OPEN.get(ds) or _OPEN.setdefault(ds, open_dataset(ds, storage_options))
     problems: list[str] = []
-    sha = sha256_file(inp.path)
-    if sha != entry["sha256"]:
-        return [f"{inp.relpath}: input changed since the build (sha256 differs)"], None, False
-    moments = None
     try:
-        g = ds.load_graph(inp.graph_id)
-        if inp.split == "train":
-            moments = _moments(g.node_feat)
-        facts = verify_graph(ds, inp.path, inp.graph_id, ds.manifest["options"], problems, g)
-        _check_graph_row(ds, inp, entry, sha, facts, problems)
-    except (BadInput, OSError, KeyError, ValueError) as exc:
-        problems.append(f"{inp.graph_id}: cannot be checked: {exc}")
+        fh, _ = open_source(inp)
+    except BadInput as exc:
+        return [f"{inp.graph_id}: cannot be checked: {exc}"], None, False
+    with fh:
+        sha = sha256_stream(fh)[0]
+        if sha != entry["sha256"]:
+            return [f"{inp.relpath}: input changed since the build (sha256 differs)"], None, False
+        moments = None
+        try:
+            g = ds.load_graph(inp.graph_id)
+            if inp.split == "train":
+                moments = _moments(g.node_feat)
+            facts = verify_graph(ds, inp.path, inp.graph_id, ds.manifest["options"], problems, g, fh)
+            _check_graph_row(ds, inp, entry, sha, facts, problems)
+        except (BadInput, OSError, KeyError, ValueError) as exc:
+            problems.append(f"{inp.graph_id}: cannot be checked: {exc}")
     return problems, moments, True
 
 
@@ -579,7 +586,7 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
     try:
         local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
         futures = [runner.submit(verify_input, str(ds.root), inp, entry, ds.storage_options,
-                                 paths=(inp.path, *local)) for inp, entry in todo]
+                                 paths=(*filter(None, [inp.local_file]), *local)) for inp, entry in todo]
         index = {id(f): k for k, f in enumerate(futures)}
         results: dict[int, tuple] = {}
         for fut in runner.as_completed(futures):

@@ -45,8 +45,10 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
 
 @main.command()
 @click.option("--src", required=True,
-              help="npz/, npz_all/npz, a collection or split folder, one .npz file, or (with --collection "
-                   "and --split) a file or flat folder outside a TpuGraphs tree.")
+              help="npz/, npz_all/npz, a collection or split folder, one .npz file, a tar archive "
+                   "(npz_all.tar, npz_tile_xla_train.tar, ...) or a folder of them, or a URL of any of "
+                   "these (s3://bucket/npz_all.tar); or (with --collection and --split) a file or flat "
+                   "folder outside a TpuGraphs tree.")
 @click.option("--dst", required=True,
               help="Shard folder (a local folder outside --src) or an object-store URL (s3://bucket/prefix).")
 @click.option("--hops", default=1, show_default=True, type=click.IntRange(0, 64), help="Pruning radius K.")

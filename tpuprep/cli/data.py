@@ -85,9 +85,21 @@ def info(dst, as_json, from_shards) -> None:
     click.echo("\n".join(lines))
 
 
+def _source(ctx: click.Context, param: click.Parameter, value: str) -> Path | str:
+    """--src of verify: a URL as it is, else a local folder or tar archive that exists."""
+    from ..io.files import looks_like_url
+
+    if looks_like_url(value):
+        return value
+    if not Path(value).exists():
+        raise click.BadParameter(f"{value} does not exist", ctx, param)
+    return Path(value)
+
+
 @main.command()
-@click.option("--src", required=True, type=click.Path(exists=True, path_type=Path),
-              help="The --src of the build: a TpuGraphs tree or a part of it, or a file or flat folder.")
+@click.option("--src", required=True, callback=_source,
+              help="The --src of the build: a TpuGraphs tree or a part of it, a file or flat folder, a tar "
+                   "archive, a folder of tars, or a URL of one.")
 @click.option("--dst", required=True, type=SHARD_FOLDER, help="The shard folder (or its URL).")
 @click.option("--collections", default=None)
 @click.option("--splits", default=None)

@@ -205,6 +205,18 @@ def _parse_npy_header(head: bytes, path: Path, key: str) -> tuple[tuple[int, ...
     return shape, dtype, bool(fortran), start + hlen
 
 
+def _file_size(fh: BinaryIO) -> int:
+    """Size in bytes of an open, seekable binary file: ``fstat`` for an OS file, else its end offset
+    (an archive member view, an in-memory buffer)."""
+    try:
+        return os.fstat(fh.fileno()).st_size
+    except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError
+        pos = fh.tell()
+        end = fh.seek(0, os.SEEK_END)
+        fh.seek(pos)
+        return end
+
+
 class NpzFile:
     """A TpuGraphs ``.npz`` opened for streaming. Use as a context manager.
 
@@ -214,8 +226,9 @@ class NpzFile:
 
     def __init__(self, path: str | Path, fh: BinaryIO | None = None):
         """Open ``path``, or read the already open, seekable binary file ``fh`` (``path`` then only
-        names it in errors, and ``close()`` leaves ``fh`` open for its owner)."""
-        self.path = Path(path)
+        names it in errors, and ``close()`` leaves ``fh`` open for its owner). ``fh`` may be an OS
+        file, an archive member (``archive.MemberView``) or an in-memory buffer."""
+        self.path = path  # as given: a URL or "archive!member" must not be squeezed by Path
         self._owned = fh is None
         if fh is None:
             try:
@@ -224,6 +237,7 @@ class NpzFile:
                 raise BadInput(self.path, None, f"cannot open: {exc.strerror}") from None
         self._fh = fh
         try:
+            self._size = _file_size(fh)
             self.members = self._read_directory()
         except BaseException:
             self.close()
@@ -261,7 +275,7 @@ class NpzFile:
         return members
 
     def _data_start(self, info: zipfile.ZipInfo, key: str) -> int:
-        size = os.fstat(self._fh.fileno()).st_size
+        size = self._size
         if not 0 <= info.header_offset < size:
             raise BadInput(self.path, key, "zip directory points outside the file")
         self._fh.seek(info.header_offset)

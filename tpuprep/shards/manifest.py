@@ -89,7 +89,9 @@ def build_manifest(
         train = [moments for _, moments in train]
         coll["node_feat_stats"] = merge_moments(train)
         coll["splits"] = dict(sorted(coll["splits"].items()))
+    origin = ("archive", "member")  # an input read in place from a tar archive (inputs.InputFile.describe)
     quarantine = [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
+                  | {k: r[k] for k in origin if r.get(k)}
                   for r in records if r["status"] != "ok"]
     inputs = []
     for r in records:
@@ -98,6 +100,7 @@ def build_manifest(
             entry |= {"graph_id": r["graph_id"], "counts": {k: r["counts"][k] for k in COUNT_FIELDS if k not in ("graphs", "bytes_out")}}
             if r.get("warnings"):
                 entry["warnings"] = r["warnings"]
+        entry |= {k: r[k] for k in origin if r.get(k)}
         inputs.append(entry)
     return {
         "format": "tpuprep-shards",

@@ -1,0 +1,286 @@
+"""--src as a tar archive (local or in a bucket), a folder of tars, or an npz tree in a bucket: the
+members are read in place and the shards are byte-identical to a build from the extracted tree; the
+manifest records archive + member; bad members are quarantined one by one; a missing bucket or key is
+one line. Object storage is a real moto S3 server (tests/s3server.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tpuprep.build import build
+from tpuprep.cli.group import main
+from tpuprep.inputs import discover
+from tpuprep.io.archive import MemberView, index_tar
+from tpuprep.runners import make_runner
+
+
+def _shards(dst: Path) -> dict[str, str]:
+    """sha256 of every shard under ``dst`` by relative path."""
+    return {p.relative_to(dst).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(dst.rglob("*.parquet"))}
+
+
+def _tar(path: Path, root: Path, files: list[Path], prefix: str = "npz/") -> Path:
+    """A tar at ``path`` of ``files`` (below ``root``), named ``prefix + relative path``."""
+    with tarfile.open(path, "w") as tf:
+        for f in files:
+            tf.add(f, arcname=prefix + f.relative_to(root).as_posix(), recursive=False)
+    return path
+
+
+def _npz(root: Path, *under: str) -> list[Path]:
+    return sorted(p for u in under for p in (root / u).rglob("*.npz"))
+
+
+@pytest.fixture(scope="module")
+def tree(synth_root) -> Path:
+    return synth_root / "npz"
+
+
+@pytest.fixture(scope="module")
+def tree_shards(synth_shards) -> Path:
+    """The shards of a build from the extracted tree (``tree``)."""
+    return synth_shards
+
+
+@pytest.fixture(scope="module")
+def npz_all(tmp_path_factory, tree) -> Path:
+    return _tar(tmp_path_factory.mktemp("tar") / "npz_all.tar", tree, _npz(tree, "."))
+
+
+def test_a_local_tar_builds_exactly_the_shards_of_the_extracted_tree(npz_all, tree, tree_shards, tmp_path):
+    report = build(npz_all, tmp_path / "out")
+    assert not report.quarantined
+    assert _shards(tmp_path / "out") == _shards(tree_shards) != {}
+    entries = {e["path"]: e for e in report.manifest["inputs"]}
+    rel = "tile/xla/train/" + next((tree / "tile/xla/train").glob("*.npz")).name
+    assert entries[rel]["archive"] == "npz_all.tar" and entries[rel]["member"] == f"npz/{rel}"
+    data = (tree / rel).read_bytes()
+    assert entries[rel]["sha256"] == hashlib.sha256(data).hexdigest() and entries[rel]["bytes"] == len(data)
+    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert on_disk["inputs"] == report.manifest["inputs"]
+
+
+def test_per_collection_tars_in_a_folder_with_and_without_the_leading_npz(tree, tmp_path):
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    packed = {"layout/xla/random/train": "npz/", "tile/xla/valid": "", "tile/xla/train": "x/npz/",
+              "tile/xla/test": "npz/"}
+    for folder, prefix in packed.items():
+        _tar(tars / f"npz_{folder.replace('/', '_')}.tar", tree, _npz(tree, folder), prefix=prefix)
+    inputs, refused = discover(tars, ["layout:xla:random", "tile"], ["train", "valid"])
+    assert not refused
+    expected, _ = discover(tree, ["layout:xla:random", "tile"], ["train", "valid"])
+    expected = [i for i in expected if i.relpath.rsplit("/", 1)[0] in packed]
+    assert [i.relpath for i in inputs] == [i.relpath for i in expected] != []
+    assert [i.graph_id for i in inputs] == [i.graph_id for i in expected]
+    assert {i.origin.archive for i in inputs} == {p.name for p in tars.iterdir()} - {"npz_tile_xla_test.tar"}
+
+    report = build(tars, tmp_path / "a", collections=["tile"], splits=["valid"])
+    build(tree, tmp_path / "b", collections=["tile"], splits=["valid"])
+    assert _shards(tmp_path / "a") == _shards(tmp_path / "b") != {}
+    assert {e["archive"] for e in report.manifest["inputs"]} == {"npz_tile_xla_valid.tar"}
+    assert all(e["member"] == e["path"] for e in report.manifest["inputs"])
+
+
+def test_bad_members_are_quarantined_one_by_one_and_the_rest_converts(tree, tmp_path):
+    good = _npz(tree, "tile/xla/train")[:2]
+    archive = _tar(tmp_path / "npz_all.tar", tree, good)
+    with tarfile.open(archive, "a") as tf:
+        junk = b"this is not a zip file" * 10
+        info = tarfile.TarInfo("npz/tile/xla/train/junk.npz")
+        info.size = len(junk)
+        tf.addfile(info, io.BytesIO(junk))
+        for name, kind in (("link", tarfile.SYMTYPE), ("hard", tarfile.LNKTYPE), ("dev", tarfile.CHRTYPE)):
+            info = tarfile.TarInfo(f"npz/tile/xla/train/{name}.npz")
+            info.type = kind
+            info.linkname = "npz/" + good[0].relative_to(tree).as_posix()
+            tf.addfile(info)
+    result = CliRunner().invoke(main, ["build", "--src", str(archive), "--dst", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 3, result.output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sum(e["status"] == "ok" for e in manifest["inputs"]) == 2
+    errors = {q["file"]: q for q in manifest["quarantine"]}
+    assert set(errors) == {"tile/xla/train/junk.npz", *(f"npz_all.tar!npz/tile/xla/train/{n}.npz"
+                                                        for n in ("link", "hard", "dev"))}
+    assert errors["tile/xla/train/junk.npz"]["member"] == "npz/tile/xla/train/junk.npz"
+    assert "not a readable zip" in errors["tile/xla/train/junk.npz"]["error"]
+    assert "symbolic link" in errors["npz_all.tar!npz/tile/xla/train/link.npz"]["error"]
+    assert "hard link" in errors["npz_all.tar!npz/tile/xla/train/hard.npz"]["error"]
+    assert "device" in errors["npz_all.tar!npz/tile/xla/train/dev.npz"]["error"]
+
+
+def test_a_file_that_is_not_a_tar_is_one_quarantined_entry(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "npz_all.tar").write_bytes(b"\x1f\x8b compressed, not a plain tar" * 40)
+    inputs, refused = discover(tmp_path / "src")
+    assert inputs == [] and len(refused) == 1
+    assert "not a readable uncompressed tar archive" in str(refused[0])
+
+
+def test_member_view_reads_only_its_member(tmp_path):
+    data = bytes(range(256)) * 4
+    (tmp_path / "f").write_bytes(data)
+    with MemberView(open(tmp_path / "f", "rb"), 100, 50) as view:
+        assert view.read(10) == data[100:110]
+        assert view.seek(-5, os.SEEK_END) == 45 and view.read() == data[145:150]
+        assert view.read(7) == b""
+        view.seek(0)
+        buf = bytearray(80)
+        assert view.readinto(buf) == 50 and bytes(buf[:50]) == data[100:150]
+
+
+def test_a_truncated_archive_keeps_the_members_before_the_damage(tree, tmp_path):
+    files = _npz(tree, "tile/xla/train")[:3]
+    archive = _tar(tmp_path / "a.tar", tree, files)
+    with tarfile.open(archive) as tf:
+        last = tf.getmembers()[-1]
+    cut = archive.read_bytes()[: last.offset_data + last.size // 2]  # inside the third member's data
+    with io.BytesIO(cut) as fh:
+        members, refused = index_tar(fh, "a.tar", len(cut))
+    assert [m.name for m in members] == ["npz/" + f.relative_to(tree).as_posix() for f in files[:2]]
+    assert "a.tar!npz/tile/xla/train/" in str(refused[0]) and "past the end of the archive" in str(refused[0])
+    assert [str(r) for r in refused[1:]] == ["a.tar: the tar archive is corrupt or truncated after 2 members "
+                                             "(unexpected end of data)"]
+
+
+def test_resume_reuses_archive_members_until_the_archive_changes(npz_all, tmp_path, monkeypatch):
+    from tpuprep import build as build_module
+
+    original = build_module._remove_own
+    # keep the staged parts at the end, as an interrupted build leaves them
+    monkeypatch.setattr(build_module, "_remove_own",
+                        lambda dst, under: None if under == (build_module.STAGING,) else original(dst, under))
+    archive = tmp_path / "npz_all.tar"
+    archive.write_bytes(npz_all.read_bytes())
+    dst = tmp_path / "out"
+    build(archive, dst, collections=["tile"], splits=["valid"])
+    again = build(archive, dst, collections=["tile"], splits=["valid"], resume=True)
+    assert again.reused and not again.converted
+    os.utime(archive, ns=(1, 1))  # the archive changed: nothing read from it may be reused
+    changed = build(archive, dst, collections=["tile"], splits=["valid"], resume=True)
+    assert changed.converted and not changed.reused
+
+
+def test_two_worker_processes_give_the_same_shards(npz_all, tmp_path):
+    runner = make_runner(2)
+    try:
+        build(npz_all, tmp_path / "w2", collections=["layout:xla"], runner=runner)
+    finally:
+        runner.close()
+    build(npz_all, tmp_path / "w1", collections=["layout:xla"])
+    assert _shards(tmp_path / "w2") == _shards(tmp_path / "w1") != {}
+
+
+def test_verify_reads_the_inputs_from_the_archive(npz_all, tree_shards):
+    result = CliRunner().invoke(main, ["verify", "--src", str(npz_all), "--dst", str(tree_shards)])
+    assert result.exit_code == 0, result.output
+
+
+# --------------------------------------------------------------------------- object storage
+
+
+def _upload(bucket: str, local: Path, key: str) -> str:
+    import fsspec
+
+    fs = fsspec.filesystem("s3")
+    fs.put(str(local), f"{bucket}/{key}", recursive=local.is_dir())
+    return f"{bucket}/{key}"
+
+
+def test_a_tar_in_a_bucket_builds_the_shards_of_the_extracted_tree(bucket, npz_all, tree_shards, tmp_path):
+    url = _upload(bucket, npz_all, "data/npz_all.tar")
+    result = CliRunner().invoke(main, ["build", "--src", url, "--dst", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert _shards(tmp_path / "out") == _shards(tree_shards)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert {e["archive"] for e in manifest["inputs"]} == {"npz_all.tar"}
+    assert "testing" not in (tmp_path / "out" / "manifest.json").read_text()
+
+
+def test_a_folder_of_tars_in_a_bucket_with_two_workers(bucket, tree, tmp_path):
+    local = tmp_path / "tars"
+    local.mkdir()
+    _tar(local / "npz_tile_xla_valid.tar", tree, _npz(tree, "tile/xla/valid"))
+    _tar(local / "npz_layout_nlp_random_test.tar", tree, _npz(tree, "layout/nlp/random/test"))
+    url = _upload(bucket, local, "tars")
+    result = CliRunner().invoke(main, ["build", "--src", url, "--dst", str(tmp_path / "out"), "-q",
+                                       "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    extracted = tmp_path / "npz"
+    for folder in ("tile/xla/valid", "layout/nlp/random/test"):
+        shutil.copytree(tree / folder, extracted / folder)
+    build(extracted, tmp_path / "ref")
+    assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
+
+
+def test_a_plain_npz_tree_in_a_bucket(bucket, tree, tmp_path):
+    url = _upload(bucket, tree, "npz")
+    report = build(url, tmp_path / "out", collections=["tile", "layout:xla:default"])
+    build(tree, tmp_path / "ref", collections=["tile", "layout:xla:default"])
+    assert not report.quarantined
+    assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
+    assert all("archive" not in e for e in report.manifest["inputs"])
+
+
+def test_resume_from_a_bucket_reuses_members_until_the_object_changes(bucket, tree, tmp_path, monkeypatch):
+    from tpuprep import build as build_module
+
+    original = build_module._remove_own
+    monkeypatch.setattr(build_module, "_remove_own",
+                        lambda dst, under: None if under == (build_module.STAGING,) else original(dst, under))
+    files = _npz(tree, "tile/xla/valid")
+    url = _upload(bucket, _tar(tmp_path / "a.tar", tree, files), "npz_tile_xla_valid.tar")
+    dst = tmp_path / "out"
+    build(url, dst)
+    again = build(url, dst, resume=True)
+    assert again.reused and not again.converted
+    _upload(bucket, _tar(tmp_path / "b.tar", tree, files[::-1]), "npz_tile_xla_valid.tar")  # new ETag
+    changed = build(url, dst, resume=True)
+    assert changed.converted and not changed.reused
+
+
+def test_a_missing_bucket_is_one_line_and_exit_1(s3_env, tmp_path):
+    result = CliRunner().invoke(main, ["build", "--src", "s3://no-such-bucket-tpuprep/npz",
+                                       "--dst", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "s3://no-such-bucket-tpuprep" in lines[0] and "does not exist" in lines[0]
+    assert "testing" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_missing_key_is_one_line_and_exit_2(bucket, tmp_path):
+    result = CliRunner().invoke(main, ["build", "--src", f"{bucket}/nothing/here.tar",
+                                       "--dst", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"{bucket}/nothing/here.tar does not exist" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dask_build_from_a_tar_in_a_bucket(bucket, npz_all, tree, tmp_path):
+    """Dask worker processes open the bucket themselves (AWS_* from their environment): the task
+    carries the archive's URL and the member's offset, never an open file."""
+    distributed = pytest.importorskip("distributed")
+    from tpuprep.runners.dask_cluster import DaskRunner
+
+    url = _upload(bucket, npz_all, "npz_all.tar")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        runner = DaskRunner(address=cluster.scheduler_address)
+        try:
+            report = build(url, tmp_path / "out", collections=["tile"], splits=["train"], runner=runner)
+        finally:
+            runner.close()
+    build(tree, tmp_path / "ref", collections=["tile"], splits=["train"])
+    assert not report.quarantined
+    assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
