@@ -390,8 +390,9 @@ def _discover_assigned(src: str | Path, collection: str, split: str, storage_opt
 
     def place(e: _Entry, top: bool) -> Place | BadInput:
         if not top:
-            return BadInput(e.path, None, "lies in a subfolder or an archive of --src; with "
-                            "--collection/--split only the .npz files directly in --src are read")
+            where = "is a member of an archive" if e.origin is not None else "lies in a subfolder"
+            return BadInput(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
+                            "files directly in --src are read")
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
     return _collect(src, storage_options, place)
