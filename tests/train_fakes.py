@@ -14,11 +14,15 @@ decoding them, ``None`` runtimes on test. Runtimes are learnable functions of th
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from tpuprep.shards.reader import ConfigSample, sample_rows
 
 POW7 = 7 ** np.arange(6, dtype=np.int64)
 
@@ -61,6 +65,12 @@ class FakeGraph:
     config_runtime_normalizers_original: np.ndarray | None = None
     truth: np.ndarray | None = field(default=None, repr=False)  # noise-free runtime of original configs
 
+    @property
+    def num_unique_configs(self) -> int:
+        if self.group_size is None:  # a structure (configs=False)
+            return int(self.config_inverse.max()) + 1 if len(self.config_inverse) else 0
+        return len(self.group_size)
+
     def node_config_feat(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Decoded layout values (k, nc, 18) int8 for the given unique-config rows (all if None)."""
         if self.config_codes is None:
@@ -80,8 +90,35 @@ class FakeDataset:
     def graph_ids(self, collection: str, split: str = "train") -> list[str]:
         return [g.graph_id for g in self._graphs.values() if g.collection == collection and g.split == split]
 
-    def load_graph(self, graph_id: str) -> FakeGraph:
-        return self._graphs[graph_id]
+    def load_graph(self, graph_id: str, configs: bool = True) -> FakeGraph:
+        g = self._graphs[graph_id]
+        if configs:
+            return g
+        return dataclasses.replace(g, config_runtime=None, group_size=None, first_index=None,
+                                   config_codes=None, config_feat=None, config_runtime_normalizers=None)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | None = None) -> Iterator[ConfigSample]:
+        """``Dataset.iter_config_blocks``: the unique configs ``rows`` (all if None) in blocks."""
+        g = self._graphs[graph_id]
+        want = np.arange(g.num_unique_configs) if rows is None else np.asarray(rows, np.int64)
+        for start in range(0, len(want), rows_per_block):
+            yield self._sample(g, want[start:start + rows_per_block])
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``Dataset.sample_configs``: k distinct unique configs drawn by ``sample_rows``."""
+        g = self._graphs[graph_id]
+        return self._sample(g, sample_rows(g.num_unique_configs, k, seed))
+
+    @staticmethod
+    def _sample(g: FakeGraph, r: np.ndarray) -> ConfigSample:
+        def take(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.array(a[r])
+
+        return ConfigSample(
+            g.graph_id, r, take(g.config_runtime), None, take(g.group_size), take(g.first_index),
+            node_config_feat=None if g.config_codes is None else decode(g.config_codes[r]),
+            config_feat=take(g.config_feat), config_runtime_normalizers=take(g.config_runtime_normalizers))
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         feats = [g.node_feat[:, :134].astype(np.float64) for g in self._graphs.values()

@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -546,6 +547,11 @@ class Dataset:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         if k < 0:
             raise ValueError(f"k must be ≥ 0, got {k}")
+        return self._read_configs(graph_id, lambda c_u: sample_rows(c_u, k, seed))
+
+    def _read_configs(self, graph_id: str, pick: Callable[[int], np.ndarray]) -> ConfigSample:
+        """The unique configs ``pick(c_u)`` ((k,) int64 rows, distinct, in 0..c_u−1) of a listed graph,
+        decoded; a shard that cannot give them back is ``BadShards`` naming its files."""
         collection, split = self._graphs[graph_id]
         groups = self._index(collection, split).config_row_groups(graph_id)
         kind = collection_kind(collection)
@@ -553,8 +559,8 @@ class Dataset:
             if kind == "layout":
                 if graph_id not in self._ties:
                     self._ties[graph_id] = self.load_graph(graph_id, configs=False).config_node_tie
-                return self._sample_layout(graph_id, groups, k, seed, self._ties[graph_id])
-            return self._sample_tile(graph_id, groups, k, seed)
+                return self._sample_layout(graph_id, groups, pick, self._ties[graph_id])
+            return self._sample_tile(graph_id, groups, pick)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):
                 raise
@@ -571,11 +577,11 @@ class Dataset:
             self._plans[graph_id] = (groups, starts)
         return self._plans[graph_id][1]
 
-    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int,
-                       tie: np.ndarray) -> ConfigSample:
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]],
+                       pick: Callable[[int], np.ndarray], tie: np.ndarray) -> ConfigSample:
         starts = self._layout_plan(graph_id, groups)
         sizes = np.diff(starts)
-        rows = sample_rows(int(starts[-1]), k, seed)
+        rows = pick(int(starts[-1]))
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
         pieces, offsets = [], {}
@@ -606,7 +612,8 @@ class Dataset:
             np.zeros((0, len(tie), 18), np.int8),
         )
 
-    def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]], k: int, seed: int) -> ConfigSample:
+    def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]],
+                     pick: Callable[[int], np.ndarray]) -> ConfigSample:
         pieces = []
         for path, rg in groups:
             t = read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
@@ -615,7 +622,7 @@ class Dataset:
         ids = _flat(table.column("config_id"))
         if not np.array_equal(ids, np.arange(len(ids))):
             raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id 0..{len(ids) - 1}")
-        rows = sample_rows(len(ids), k, seed)
+        rows = pick(len(ids))
         taken = table.take(pa.array(rows))
         return ConfigSample(
             **_sample_fields(graph_id, rows, table, taken),
@@ -666,6 +673,29 @@ class Dataset:
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
         for gid in self.graph_ids(collection, split):
             yield self.load_graph(gid)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | list[int] | None = None) -> Iterator[ConfigSample]:
+        """The unique configs of a graph as a stream of :class:`ConfigSample` blocks of at most
+        ``rows_per_block`` configs each, so a caller can go through every config of a big graph holding
+        one block's codes at a time (the trainer's evaluation and prediction do).
+
+        rows: unique-config rows to visit, in the order given (``None``: all, 0..c_u−1 in order); the
+        blocks cut them into consecutive pieces, each decoded like :meth:`sample_configs` (only the row
+        groups holding its rows are read). ``block.rows`` tells which configs a block holds.
+        ``KeyError`` for an unknown graph, ``ValueError`` for rows_per_block < 1 or rows outside the
+        graph, ``BadShards`` as in :meth:`sample_configs`.
+        """
+        if graph_id not in self._graphs:
+            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        if rows_per_block < 1:
+            raise ValueError(f"rows_per_block must be ≥ 1, got {rows_per_block}")
+        c_u = int(self.graph_row(graph_id)["num_unique_configs"])
+        want = np.arange(c_u, dtype=np.int64) if rows is None else np.asarray(rows, np.int64).reshape(-1)
+        if len(want) and (want.min() < 0 or want.max() >= c_u):
+            raise ValueError(f"rows of {graph_id!r} must lie in 0..{c_u - 1}")
+        for start in range(0, len(want), rows_per_block):
+            yield self._read_configs(graph_id, lambda _c_u, s=start: want[s:s + rows_per_block])
 
 
 def open_dataset(path: str | Path) -> Dataset:
