@@ -332,3 +332,37 @@ def record_from_npz(path: Path, collection: str, split: str) -> FakeGraph:
                      group_size=np.bincount(inv).astype(np.int32), first_index=first,
                      config_inverse=inv, config_runtime_original=runtime, config_feat=cf[first],
                      config_runtime_normalizers=norm[best], config_runtime_normalizers_original=norm)
+
+
+class LocalBatches:
+    """Tests only: a minimal stand-in for ``tpuprep.ConfigBatches`` (strategy "uniform") built on
+    ``ds.sample_configs``, so the trainer's loop can be tested against the sampler contract: per epoch
+    every graph ``batches_per_graph`` times in a seeded order, each batch ``k`` sampled unique configs."""
+
+    def __init__(self, ds, graph_ids: list[str], k: int, seed: int = 0, batches_per_graph: int = 1):
+        self.ds, self.graph_ids, self.k, self.seed = ds, list(graph_ids), k, seed
+        self.batches_per_graph = batches_per_graph
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.graph_ids) * self.batches_per_graph
+
+    def __iter__(self):
+        from types import SimpleNamespace
+
+        rng = np.random.default_rng([self.seed, self.epoch])
+        for i in rng.permutation(len(self.graph_ids)):
+            gid = self.graph_ids[int(i)]
+            structure = self.ds.load_graph(gid, configs=False)
+            for _ in range(self.batches_per_graph):
+                sample = self.ds.sample_configs(gid, self.k, seed=int(rng.integers(2 ** 31)))
+                yield SimpleNamespace(graph_id=gid, collection=structure.collection, split=structure.split,
+                                      structure=structure, sample=sample)
+
+
+def local_batches(ds, cfg):
+    """``train(..., batches=local_batches(ds, cfg))``: the trainer's sampler factory for LocalBatches."""
+    return lambda ids: LocalBatches(ds, ids, cfg.batch_configs, cfg.seed, cfg.batches_per_graph)

@@ -1,7 +1,8 @@
 """tpuprep: exact, fast preprocessing of TpuGraphs into compact Parquet/zstd shards.
 
 Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
-also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``). They are loaded on first use
+also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``), ``ConfigSample`` and
+``sample_rows`` (what ``Dataset.sample_configs`` returns and draws). They are loaded on first use
 (module ``__getattr__``), so ``import tpuprep`` — and with it every ``tpuprep`` command — does not pay
 for Numba and pyarrow until something needs them.
 """
@@ -16,18 +17,27 @@ __version__ = "0.1.0"
 _LAZY = {
     "decode_base7": ".kernels.base7",
     "encode_base7": ".kernels.base7",
+    "ConfigSample": ".shards.reader",
     "Dataset": ".shards.reader",
     "GraphRecord": ".shards.reader",
     "open_dataset": ".shards.reader",
     "safe_normalizer": ".shards.reader",
+    "sample_rows": ".shards.reader",
 }
 
-__all__ = ["Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7", "open_dataset",
-           "safe_normalizer"]
+__all__ = ["ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7",
+           "open_dataset", "safe_normalizer", "sample_rows"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports them
     from .kernels.base7 import decode_base7, encode_base7
-    from .shards.reader import Dataset, GraphRecord, open_dataset, safe_normalizer
+    from .shards.reader import (
+        ConfigSample,
+        Dataset,
+        GraphRecord,
+        open_dataset,
+        safe_normalizer,
+        sample_rows,
+    )
 
 
 def __getattr__(name: str) -> Any:

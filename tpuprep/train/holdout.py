@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from .. import GraphRecord
+from .. import ConfigSample, GraphRecord, sample_rows
 
 TRAIN_SUFFIX, HOLDOUT_SUFFIX = "@train", "@holdout"
 
@@ -47,7 +48,8 @@ def restrict_configs(record: GraphRecord, unique_rows: np.ndarray, graph_id: str
         record, graph_id=graph_id, split=split,
         config_runtime=unique(record.config_runtime),
         group_size=unique(record.group_size),
-        first_index=np.searchsorted(originals, record.first_index[rows]).astype(np.int32),
+        first_index=None if record.first_index is None else
+        np.searchsorted(originals, record.first_index[rows]).astype(np.int32),
         config_inverse=position[inverse[originals]].astype(np.int32),
         config_runtime_original=original(record.config_runtime_original),
         config_codes=unique(record.config_codes),
@@ -99,9 +101,37 @@ class ConfigHoldout:
             return []
         return [v for v, (_, s, _) in self._views.items() if split is None or s == split]
 
-    def load_graph(self, graph_id: str) -> GraphRecord:
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         gid, split, rows = self._views[graph_id]
-        return restrict_configs(self.ds.load_graph(gid), rows, graph_id, split)
+        return restrict_configs(self.ds.load_graph(gid, configs=configs), rows, graph_id, split)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | None = None) -> Iterator[ConfigSample]:
+        """``Dataset.iter_config_blocks`` of a view: its unique configs ``rows`` (view numbering, all
+        if None) in blocks, with ``rows`` and ``first_index`` renumbered as in :func:`restrict_configs`."""
+        gid, _, kept = self._views[graph_id]
+        want = np.arange(len(kept)) if rows is None else np.asarray(rows, np.int64)
+        if len(want) and (want.min() < 0 or want.max() >= len(kept)):
+            raise ValueError(f"rows of {graph_id!r} must lie in 0..{len(kept) - 1}")
+        position = np.full(int(kept.max()) + 1 if len(kept) else 0, -1, np.int64)
+        position[kept] = np.arange(len(kept))
+        inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
+        originals = np.flatnonzero(np.isin(inverse, kept))  # ascending original indices that stay
+        for block in self.ds.iter_config_blocks(gid, rows_per_block, kept[want]):
+            yield dataclasses.replace(
+                block, graph_id=graph_id, rows=position[block.rows],
+                first_index=np.searchsorted(originals, block.first_index).astype(np.int32))
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``Dataset.sample_configs`` of a view (rows drawn by ``sample_rows`` over its unique configs)."""
+        rows = sample_rows(len(self._views[graph_id][2]), k, seed)
+        return next(self.iter_config_blocks(graph_id, max(1, len(rows)), rows), None) or \
+            self._empty_sample(graph_id)
+
+    def _empty_sample(self, graph_id: str) -> ConfigSample:
+        gid = self._views[graph_id][0]
+        block = self.ds.sample_configs(gid, 0)
+        return dataclasses.replace(block, graph_id=graph_id)
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         return self.ds.stats(collection)

@@ -6,7 +6,8 @@ inputs the model needs (:class:`~.features.ConfigDigest`: the layout modal outpu
 by streaming the configs in blocks (``ds.iter_config_blocks``). Scoring every unique config of a graph
 streams its configs the same way, so at any time one block of ``ROWS_PER_BLOCK`` decoded configs is
 held, never a graph's (let alone a collection's) codes. Scores equal ``Ranker.predict_unique`` on the
-whole record bit for bit: the model sees the same batches of ``SCORE_BATCH`` configs.
+whole record bit for bit: whatever the blocks, the model sees the same batches of ``SCORE_BATCH``
+configs (inputs left over from one block wait for the next).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from .ranker import Ranker
 SCORE_BATCH = 1024
 """Configs per forward pass when scoring (as ``Ranker.predict_unique``)."""
 ROWS_PER_BLOCK = 4 * SCORE_BATCH
-"""Decoded unique configs held at a time while streaming a graph (a multiple of SCORE_BATCH, so the
-scoring batches are those of ``Ranker.predict_unique``): ≤ 4096 × nc × 18 bytes, 27 MB at nc = 373."""
+"""Decoded unique configs held at a time while streaming a graph (``ds.iter_config_blocks``; it also
+bounds the configs a block decompresses): ≤ 4096 × nc × 18 bytes, 27 MB at nc = 373."""
 
 
 def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
@@ -53,30 +54,55 @@ def prepare_streamed(ranker: Ranker, ds: Any, graph_id: str) -> tuple[Any, Prepa
     return structure, ranker.prepare(structure, config_digest(ds, structure, ranker.config.kind))
 
 
-class StructureCache:
-    """An LRU of prepared graph structures: ``get(gid)`` → (structure, PreparedGraph).
+STRUCTURE_BYTES = 512 * 2 ** 20
+"""Default bound of a :class:`StructureCache`: bytes of structures and prepared inputs kept."""
 
-    max_items: how many graphs' structures to keep (≥ 1); evicted ones are read and prepared again
-    when next needed. The configs are never held here (they come from the sampler or a stream).
+
+def nbytes(obj: Any) -> int:
+    """Bytes of the NumPy arrays an object holds (through dataclass fields, lists and tuples)."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, list | tuple):
+        return sum(nbytes(o) for o in obj)
+    if hasattr(obj, "__dict__"):
+        return sum(nbytes(v) for v in vars(obj).values())
+    return 0
+
+
+class StructureCache:
+    """An LRU of prepared graph structures: ``get(gid)`` → (structure, PreparedGraph), bounded in bytes
+    (``max_bytes``, the arrays of structure + prepared inputs) and optionally in graphs (``max_items``).
+    The most recent graph is always kept; evicted ones are read and prepared again when next needed.
+    No configs are held here (they come from the sampler or a stream).
     """
 
-    def __init__(self, ds: Any, ranker: Ranker, max_items: int = 32):
+    def __init__(self, ds: Any, ranker: Ranker, max_items: int | None = None,
+                 max_bytes: int = STRUCTURE_BYTES):
         self.ds = ds
         self.ranker = ranker
-        self.max_items = max(1, int(max_items))
-        self._items: OrderedDict[str, tuple[Any, PreparedGraph]] = OrderedDict()
+        self.max_items = None if max_items is None else max(1, int(max_items))
+        self.max_bytes = int(max_bytes)
+        self._items: OrderedDict[str, tuple[Any, PreparedGraph, int]] = OrderedDict()
+        self.bytes = 0
 
-    def get(self, graph_id: str) -> tuple[Any, PreparedGraph]:
-        """(structure, prepared graph) of ``graph_id``."""
+    def get(self, graph_id: str, structure: Any = None) -> tuple[Any, PreparedGraph]:
+        """(structure, prepared graph) of ``graph_id``; ``structure``: its ``load_graph(gid,
+        configs=False)`` when the caller has it (a sampler batch's), else it is read."""
         item = self._items.get(graph_id)
-        if item is None:
-            item = prepare_streamed(self.ranker, self.ds, graph_id)
-            self._items[graph_id] = item
-            while len(self._items) > self.max_items:
-                self._items.popitem(last=False)
-        else:
+        if item is not None:
             self._items.move_to_end(graph_id)
-        return item
+            return item[0], item[1]
+        if structure is None:
+            structure, pg = prepare_streamed(self.ranker, self.ds, graph_id)
+        else:
+            pg = self.ranker.prepare(structure, config_digest(self.ds, structure, self.ranker.config.kind))
+        size = nbytes(structure) + nbytes(pg)
+        self._items[graph_id] = (structure, pg, size)
+        self.bytes += size
+        while len(self._items) > 1 and (self.bytes > self.max_bytes or (
+                self.max_items is not None and len(self._items) > self.max_items)):
+            self.bytes -= self._items.popitem(last=False)[1][2]
+        return structure, pg
 
     def __len__(self) -> int:
         return len(self._items)
@@ -102,13 +128,23 @@ def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
     the order given, streamed in blocks of ROWS_PER_BLOCK; ``on_block(ConfigSample)`` sees every block
     (for what else a caller needs of the configs: runtimes, first_index, a baseline)."""
     st = ranker.static(pg)
-    parts = []
+    parts: list[np.ndarray] = []
+    pending: list[np.ndarray] = []  # inputs not scored yet (< SCORE_BATCH configs between blocks)
+
+    def score(inputs: np.ndarray) -> None:
+        s, _ = forward(ranker.params, pg, inputs, ranker.config, st, keep=False)
+        parts.append(np.asarray(s, np.float64))
+
     for block in ds.iter_config_blocks(graph_id, ROWS_PER_BLOCK, rows):
         if on_block is not None:
             on_block(block)
-        inputs = ranker.sample_inputs(pg, block)
-        for start in range(0, len(block.rows), SCORE_BATCH):
-            s, _ = forward(ranker.params, pg, inputs[start:start + SCORE_BATCH], ranker.config, st,
-                           keep=False)
-            parts.append(np.asarray(s, np.float64))
+        pending.append(ranker.sample_inputs(pg, block))
+        if sum(len(p) for p in pending) >= SCORE_BATCH:
+            inputs = np.concatenate(pending)
+            full = len(inputs) - len(inputs) % SCORE_BATCH
+            for start in range(0, full, SCORE_BATCH):
+                score(inputs[start:start + SCORE_BATCH])
+            pending = [inputs[full:]]
+    if pending and sum(len(p) for p in pending):
+        score(np.concatenate(pending))
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)
