@@ -137,3 +137,15 @@ def test_build_breakdown_profiles_the_steady_state(synth_root, tmp_path):
     assert bucket_of(("/x/tpuprep/build.py", 1, "plan_batches")) == OTHER
     sets = choose(synth_root / "npz", 2)
     assert [len(v) for v in sets.values()] == [1, 1, 2]
+
+
+def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
+    """benchmarks.sampling: one epoch through ConfigBatches and through load_graph, the same configs."""
+    out = tmp_path / "s.json"
+    proc = run_module("benchmarks.sampling", str(synth_shards), "--repeat", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["identical"] is True and res["graphs"] == 4 * 4  # 4 layout collections × 4 tiny graphs
+    assert res["old_load_graph_s"] > 0 and res["config_batches_s"] > 0 and res["speedup"] > 0
+    assert res["speedup_cpu"] > 0 and res["first_epoch_speedup_wall"] > 0
+    assert len(res["epochs_old_wall_cpu_s"]) == len(res["epochs_config_batches_wall_cpu_s"]) == 2

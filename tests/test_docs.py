@@ -74,13 +74,13 @@ def test_readers_md_blocks_are_the_example_files():
     text = (DOCS / "readers.md").read_text()
     shown = []
     for info, body in FENCE.findall(text):
-        m = re.fullmatch(r"python file=(examples/(?:read|sample)_\w+\.py)", info.strip())
+        m = re.fullmatch(r"python file=(examples/(?:read|sample|batches)_\w+\.py)", info.strip())
         assert m, f"code block ```{info} in docs/readers.md names no example file"
         path = DOCS / m.group(1)
         assert path.exists(), f"docs/readers.md shows {m.group(1)}, which does not exist"
         assert body == path.read_text(), f"the block of {m.group(1)} in docs/readers.md differs from the file"
         shown.append(path.name)
-    examples = [*EXAMPLES.glob("read_*.py"), *EXAMPLES.glob("sample_*.py")]
+    examples = [*EXAMPLES.glob("read_*.py"), *EXAMPLES.glob("sample_*.py"), *EXAMPLES.glob("batches_*.py")]
     assert sorted(shown) == sorted(p.name for p in examples), "readers.md must show each example once"
 
 

@@ -66,6 +66,10 @@ class FakeGraph:
     truth: np.ndarray | None = field(default=None, repr=False)  # noise-free runtime of original configs
 
     @property
+    def kind(self) -> str:
+        return self.collection.split(":", 1)[0]
+
+    @property
     def num_unique_configs(self) -> int:
         if self.group_size is None:  # a structure (configs=False)
             return int(self.config_inverse.max()) + 1 if len(self.config_inverse) else 0
@@ -109,6 +113,22 @@ class FakeDataset:
         """``Dataset.sample_configs``: k distinct unique configs drawn by ``sample_rows``."""
         g = self._graphs[graph_id]
         return self._sample(g, sample_rows(g.num_unique_configs, k, seed))
+
+    # what tpuprep.ConfigBatches uses besides the above
+    root = "<fake dataset>"
+
+    def splits(self, collection: str) -> list[str]:
+        return sorted({g.split for g in self._graphs.values() if g.collection == collection})
+
+    def read_configs(self, graph_id: str, rows: np.ndarray, columns: dict | None = None) -> ConfigSample:
+        return self._sample(self._graphs[graph_id], np.asarray(rows, np.int64))
+
+    def num_unique_configs(self, graph_id: str) -> int:
+        return self._graphs[graph_id].num_unique_configs
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        rt = self._graphs[graph_id].config_runtime
+        return None if rt is None else np.array(rt, np.int64)
 
     @staticmethod
     def _sample(g: FakeGraph, r: np.ndarray) -> ConfigSample:

@@ -2,7 +2,9 @@
 
 Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
 also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``), ``ConfigSample`` and
-``sample_rows`` (what ``Dataset.sample_configs`` returns and draws). They are loaded on first use
+``sample_rows`` (what ``Dataset.sample_configs`` returns and draws) and ``ConfigBatches`` (seeded,
+resumable, sharded batches of sampled configs; ``tpuprep.torch`` and ``tpuprep.jax`` adapt them).
+They are loaded on first use
 (module ``__getattr__``), so ``import tpuprep`` — and with it every ``tpuprep`` command — does not pay
 for Numba and pyarrow until something needs them.
 """
@@ -17,6 +19,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "decode_base7": ".kernels.base7",
     "encode_base7": ".kernels.base7",
+    "ConfigBatches": ".sampling.batches",
     "ConfigSample": ".shards.reader",
     "Dataset": ".shards.reader",
     "GraphRecord": ".shards.reader",
@@ -25,11 +28,12 @@ _LAZY = {
     "sample_rows": ".shards.reader",
 }
 
-__all__ = ["ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7",
-           "open_dataset", "safe_normalizer", "sample_rows"]
+__all__ = ["ConfigBatches", "ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7",
+           "encode_base7", "open_dataset", "safe_normalizer", "sample_rows"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports them
     from .kernels.base7 import decode_base7, encode_base7
+    from .sampling.batches import ConfigBatches
     from .shards.reader import (
         ConfigSample,
         Dataset,

@@ -243,6 +243,10 @@ class ConfigSample:
     config_runtime_normalizers: np.ndarray | None = None
 
 
+class _RowOutOfRange(Exception):
+    """A row ``read_configs`` was asked for is not one of the graph's unique configs."""
+
+
 def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
     """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
     min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct)."""
@@ -250,6 +254,44 @@ def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
         raise ValueError(f"k must be ≥ 0, got {k}")
     rng = np.random.default_rng(seed)
     return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
+
+
+def unique_config_columns(structure: GraphRecord) -> dict[str, np.ndarray | None]:
+    """The per-unique-config columns of a layout graph, derived from its structure alone
+    (``load_graph(graph_id, configs=False)``: ``config_inverse`` (c,) and ``config_runtime_original``
+    (c,)), equal to the stored ones by the dedup rules (unique ids in order of first occurrence; each
+    keeps its group's smallest runtime): ``group_size``, ``first_index`` (c_u,) int32, ``runtime`` and
+    ``runtime_spread`` (c_u,) int64 ns (None on test). O(c log c) NumPy, no shard read: pass them to
+    ``Dataset.read_configs(..., columns=)`` so that a sample reads only the configs' codes.
+    ``ValueError`` when ``config_inverse`` does not number the groups in order of first occurrence."""
+    inverse = np.asarray(structure.config_inverse, np.int64)
+    if structure.kind != "layout":
+        raise ValueError(f"{structure.graph_id} is a tile graph: only layout columns are derived")
+    if not len(inverse):
+        empty = np.zeros(0, np.int64)
+        return {"group_size": empty.astype(np.int32), "first_index": empty.astype(np.int32),
+                "runtime": None if structure.config_runtime_original is None else empty,
+                "runtime_spread": None if structure.config_runtime_original is None else empty}
+    running = np.maximum.accumulate(inverse)
+    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
+    if inverse[0] != 0 or not np.array_equal(inverse[first], np.arange(len(first))):
+        raise ValueError(f"{structure.graph_id}: config_inverse does not number its groups in order "
+                         "of first occurrence")
+    group_size = np.bincount(inverse, minlength=len(first))
+    out: dict[str, np.ndarray | None] = {"group_size": group_size.astype(np.int32),
+                                         "first_index": first.astype(np.int32),
+                                         "runtime": None, "runtime_spread": None}
+    if structure.config_runtime_original is not None:
+        order = np.argsort(inverse, kind="stable")
+        starts = np.zeros(len(first), np.int64)
+        np.cumsum(group_size[:-1], out=starts[1:])
+        runtimes = np.asarray(structure.config_runtime_original, np.int64)[order]
+        out["runtime"] = np.minimum.reduceat(runtimes, starts)
+        out["runtime_spread"] = np.maximum.reduceat(runtimes, starts) - out["runtime"]
+    for value in out.values():
+        if value is not None:
+            value.flags.writeable = False
+    return out
 
 
 _SAMPLE_COLUMNS = {"layout": ["config_id", "runtime", "runtime_spread", "group_size", "first_index", "codes"],
@@ -450,7 +492,10 @@ class Dataset:
         collection, split = self._graphs[graph_id]
         if not configs:
             try:
-                return self._record(graph_id, collection, split, g, row, None)
+                record = self._record(graph_id, collection, split, g, row, None)
+                if record.config_node_tie is not None:
+                    self._ties[graph_id] = record.config_node_tie
+                return record
             except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
                 if isinstance(exc, BadShards):
                     raise
@@ -536,31 +581,100 @@ class Dataset:
 
     def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
         """``min(k, c_u)`` distinct unique configs of a graph drawn by ``sample_rows(c_u, k, seed)``
-        (``numpy.random.default_rng(seed).choice(c_u, k', replace=False)``), decoded.
+        (``numpy.random.default_rng(seed).choice(c_u, k', replace=False)``), decoded: ``read_configs``
+        of those rows.
 
         Layout: only the row groups (≤ 64 configs each) holding the drawn rows are read, and only
         their columns the sample needs; the graph's structure is not read. Tile: the graph's configs
         rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
         load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``.
         """
-        if graph_id not in self._graphs:
-            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        self._where(graph_id)
         if k < 0:
             raise ValueError(f"k must be ≥ 0, got {k}")
-        return self._read_configs(graph_id, lambda c_u: sample_rows(c_u, k, seed))
+        return self._configs(graph_id, lambda count: sample_rows(count, k, seed))
 
-    def _read_configs(self, graph_id: str, pick: Callable[[int], np.ndarray]) -> ConfigSample:
-        """The unique configs ``pick(c_u)`` ((k,) int64 rows, distinct, in 0..c_u−1) of a listed graph,
-        decoded; a shard that cannot give them back is ``BadShards`` naming its files."""
-        collection, split = self._graphs[graph_id]
+    def read_configs(self, graph_id: str, rows: np.ndarray | list[int],
+                     columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
+        """The unique configs ``rows`` ((k,) ints in 0..c_u-1, any order; a row may repeat) of a graph,
+        decoded, in the order given: a ``ConfigSample`` whose ``rows`` is ``rows`` as int64. Reads what
+        ``sample_configs`` reads for the same rows (layout: only their ≤ 64-config row groups).
+        ``columns`` (layout): the graph's ``unique_config_columns(structure)``, kept by the caller; then
+        only ``config_id`` and ``codes`` are read and the small per-config fields are taken from it
+        (what ``ConfigBatches`` does: ~3× fewer column chunks to read per sample).
+        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph."""
+        wanted = np.asarray(rows)
+        if wanted.ndim != 1 or (wanted.size and not np.issubdtype(wanted.dtype, np.integer)):
+            raise ValueError(f"rows must be a 1-D array of integers, got shape {wanted.shape} {wanted.dtype}")
+        wanted = wanted.astype(np.int64)
+
+        def check(count: int) -> np.ndarray:
+            if wanted.size and (wanted.min() < 0 or wanted.max() >= count):
+                bad = int(wanted[(wanted < 0) | (wanted >= count)][0])
+                raise _RowOutOfRange(f"row {bad} of {graph_id!r}: it has {count} unique configs")
+            return wanted
+
+        try:
+            return self._configs(graph_id, check, columns)
+        except _RowOutOfRange as exc:
+            raise IndexError(str(exc)) from None
+
+    def num_unique_configs(self, graph_id: str) -> int:
+        """c_u, the graph's number of unique configs (layout: from the configs shards' footers, nothing
+        decoded; tile: its graphs row)."""
+        collection, split = self._where(graph_id)
+        if collection_kind(collection) == "tile":
+            return int(self.graph_row(graph_id)["num_unique_configs"])
+        groups = self._index(collection, split).config_row_groups(graph_id)
+        return int(self._layout_plan(graph_id, groups)[-1])
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        """(c_u,) int64 runtimes in ns of every unique config of a graph (row r is config_id r, the
+        ``load_graph`` numbering), None on the test split: only the ``config_id`` and ``runtime``
+        columns of the graph's configs row groups are read (what sampling strategies need)."""
+        collection, split = self._where(graph_id)
+        groups = self._index(collection, split).config_row_groups(graph_id)
+        try:
+            pieces = []
+            for path in dict.fromkeys(p for p, _ in groups):
+                t = read_row_groups(self._parquet(path), path, [rg for p, rg in groups if p == path],
+                                    ["graph_id", "config_id", "runtime"], use_threads=False)
+                if collection_kind(collection) == "tile":
+                    t = t.filter(pc.equal(t.column("graph_id"), graph_id))
+                pieces.append(t)
+            table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+            ids = _flat(table.column("config_id"))
+            if not np.array_equal(ids, np.arange(len(ids))):
+                raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id "
+                                f"0..{len(ids) - 1}")
+            runtimes = _flat_or_none(table.column("runtime"))
+            return None if runtimes is None else runtimes.astype(np.int64, copy=True)
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+            if isinstance(exc, BadShards):
+                raise
+            where = ", ".join(sorted({str(p) for p, _ in groups}))
+            raise BadShards(f"{where}: runtimes of {graph_id!r} cannot be read: {_one_line(exc)}") from None
+
+    def _where(self, graph_id: str) -> tuple[str, str]:
+        """(collection, split) of a listed graph (``KeyError`` otherwise)."""
+        if graph_id not in self._graphs:
+            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        return self._graphs[graph_id]
+
+    def _configs(self, graph_id: str, choose: Callable[[int], np.ndarray],
+                 columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
+        """The configs ``choose(c_u)`` ((k,) int64 rows) of a graph, decoded (``sample_configs``,
+        ``read_configs``)."""
+        collection, split = self._where(graph_id)
         groups = self._index(collection, split).config_row_groups(graph_id)
         kind = collection_kind(collection)
         try:
             if kind == "layout":
                 if graph_id not in self._ties:
                     self._ties[graph_id] = self.load_graph(graph_id, configs=False).config_node_tie
-                return self._sample_layout(graph_id, groups, pick, self._ties[graph_id])
-            return self._sample_tile(graph_id, groups, pick)
+                rows = choose(int(self._layout_plan(graph_id, groups)[-1]))
+                return self._sample_layout(graph_id, groups, rows, self._ties[graph_id], columns)
+            return self._sample_tile(graph_id, groups, choose)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):
                 raise
@@ -577,18 +691,18 @@ class Dataset:
             self._plans[graph_id] = (groups, starts)
         return self._plans[graph_id][1]
 
-    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]],
-                       pick: Callable[[int], np.ndarray], tie: np.ndarray) -> ConfigSample:
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], rows: np.ndarray,
+                       tie: np.ndarray, columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
         starts = self._layout_plan(graph_id, groups)
         sizes = np.diff(starts)
-        rows = pick(int(starts[-1]))
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
             t = read_row_groups(self._parquet(path), path, [groups[i][1] for i in mine],
-                                _SAMPLE_COLUMNS["layout"], use_threads=False)
+                                ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"],
+                                use_threads=False)
             base = sum(p.num_rows for p in pieces)
             at = base
             for i in mine:
@@ -605,15 +719,25 @@ class Dataset:
         taken = table.take(pa.array(pos))
         stored = binary_rows(taken.column("codes")).reshape(len(rows), -1, 3) if len(rows) else \
             np.zeros((0, 0, 3), np.int32)
+        if columns is not None:
+            if len(columns["group_size"]) != starts[-1]:
+                raise ValueError(f"{len(columns['group_size'])} unique configs in the columns given, "
+                                 f"the shards hold {int(starts[-1])}")
+            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
+                      "first_index": columns["first_index"][rows]}
+            for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
+                fields[name] = None if columns[key] is None else columns[key][rows]
+        else:
+            fields = _sample_fields(graph_id, rows, table, taken)
         return ConfigSample(
-            **_sample_fields(graph_id, rows, table, taken),
+            **fields,
             # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
             node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
             np.zeros((0, len(tie), 18), np.int8),
         )
 
     def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]],
-                     pick: Callable[[int], np.ndarray]) -> ConfigSample:
+                     choose: Callable[[int], np.ndarray]) -> ConfigSample:
         pieces = []
         for path, rg in groups:
             t = read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
@@ -622,8 +746,8 @@ class Dataset:
         ids = _flat(table.column("config_id"))
         if not np.array_equal(ids, np.arange(len(ids))):
             raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id 0..{len(ids) - 1}")
-        rows = pick(len(ids))
-        taken = table.take(pa.array(rows))
+        rows = choose(len(ids))
+        taken = table.take(pa.array(rows, pa.int64()))
         return ConfigSample(
             **_sample_fields(graph_id, rows, table, taken),
             config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
@@ -688,16 +812,15 @@ class Dataset:
         ``KeyError`` for an unknown graph, ``ValueError`` for rows_per_block < 1 or rows outside the
         graph, ``BadShards`` as in :meth:`sample_configs`.
         """
-        if graph_id not in self._graphs:
-            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        self._where(graph_id)
         if rows_per_block < 1:
             raise ValueError(f"rows_per_block must be ≥ 1, got {rows_per_block}")
-        c_u = int(self.graph_row(graph_id)["num_unique_configs"])
+        c_u = self.num_unique_configs(graph_id)
         want = np.arange(c_u, dtype=np.int64) if rows is None else np.asarray(rows, np.int64).reshape(-1)
         if len(want) and (want.min() < 0 or want.max() >= c_u):
             raise ValueError(f"rows of {graph_id!r} must lie in 0..{c_u - 1}")
         for piece in self._config_blocks(graph_id, want, rows_per_block):
-            yield self._read_configs(graph_id, lambda _c_u, p=piece: p)
+            yield self.read_configs(graph_id, piece)
 
     def _config_blocks(self, graph_id: str, want: np.ndarray, rows_per_block: int) -> Iterator[np.ndarray]:
         """``want`` cut into consecutive pieces of ≤ rows_per_block rows; layout pieces also stop before

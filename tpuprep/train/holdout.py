@@ -109,29 +109,50 @@ class ConfigHoldout:
                            rows: np.ndarray | None = None) -> Iterator[ConfigSample]:
         """``Dataset.iter_config_blocks`` of a view: its unique configs ``rows`` (view numbering, all
         if None) in blocks, with ``rows`` and ``first_index`` renumbered as in :func:`restrict_configs`."""
-        gid, _, kept = self._views[graph_id]
-        want = np.arange(len(kept)) if rows is None else np.asarray(rows, np.int64)
-        if len(want) and (want.min() < 0 or want.max() >= len(kept)):
-            raise ValueError(f"rows of {graph_id!r} must lie in 0..{len(kept) - 1}")
-        position = np.full(int(kept.max()) + 1 if len(kept) else 0, -1, np.int64)
-        position[kept] = np.arange(len(kept))
-        inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
-        originals = np.flatnonzero(np.isin(inverse, kept))  # ascending original indices that stay
-        for block in self.ds.iter_config_blocks(gid, rows_per_block, kept[want]):
-            yield dataclasses.replace(
-                block, graph_id=graph_id, rows=position[block.rows],
-                first_index=np.searchsorted(originals, block.first_index).astype(np.int32))
+        gid, kept = self._views[graph_id][0], self._views[graph_id][2]
+        for block in self.ds.iter_config_blocks(gid, rows_per_block, kept[self._rows(graph_id, rows)]):
+            yield self._renumbered(graph_id, block)
+
+    def read_configs(self, graph_id: str, rows: np.ndarray, columns: Any = None) -> ConfigSample:
+        """``Dataset.read_configs`` of a view (``columns`` is not needed: the shards give them)."""
+        gid, kept = self._views[graph_id][0], self._views[graph_id][2]
+        return self._renumbered(graph_id, self.ds.read_configs(gid, kept[self._rows(graph_id, rows)]))
 
     def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
         """``Dataset.sample_configs`` of a view (rows drawn by ``sample_rows`` over its unique configs)."""
-        rows = sample_rows(len(self._views[graph_id][2]), k, seed)
-        return next(self.iter_config_blocks(graph_id, max(1, len(rows)), rows), None) or \
-            self._empty_sample(graph_id)
+        return self.read_configs(graph_id, sample_rows(self.num_unique_configs(graph_id), k, seed))
 
-    def _empty_sample(self, graph_id: str) -> ConfigSample:
-        gid = self._views[graph_id][0]
-        block = self.ds.sample_configs(gid, 0)
-        return dataclasses.replace(block, graph_id=graph_id)
+    def num_unique_configs(self, graph_id: str) -> int:
+        return len(self._views[graph_id][2])
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        gid, _, kept = self._views[graph_id]
+        runtimes = self.ds.config_runtimes(gid)
+        return None if runtimes is None else runtimes[kept]
+
+    @property
+    def root(self) -> Any:
+        return self.ds.root
+
+    def splits(self, collection: str) -> list[str]:
+        return ["train", "valid"] if collection == self.collection else []
+
+    def _rows(self, graph_id: str, rows: np.ndarray | None) -> np.ndarray:
+        """View rows (all if None) checked against the view's unique configs."""
+        n = self.num_unique_configs(graph_id)
+        want = np.arange(n) if rows is None else np.asarray(rows, np.int64)
+        if len(want) and (want.min() < 0 or want.max() >= n):
+            raise IndexError(f"rows of {graph_id!r} must lie in 0..{n - 1}")
+        return want
+
+    def _renumbered(self, graph_id: str, block: ConfigSample) -> ConfigSample:
+        """A block of the underlying graph in the view's numbering (rows, first_index)."""
+        gid, _, kept = self._views[graph_id]
+        inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
+        originals = np.flatnonzero(np.isin(inverse, kept))  # ascending original indices that stay
+        return dataclasses.replace(
+            block, graph_id=graph_id, rows=np.searchsorted(kept, block.rows).astype(np.int64),
+            first_index=np.searchsorted(originals, block.first_index).astype(np.int32))
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         return self.ds.stats(collection)

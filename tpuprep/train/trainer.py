@@ -130,11 +130,45 @@ def quick_validation(ranker: Ranker, structures: StructureCache, ids: list[str],
 
 def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainConfig) -> Any:
     """The sampler of a training run: ``tpuprep.ConfigBatches`` over ``graph_ids``, uniform samples of
-    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``."""
+    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``.
+    Graphs of several splits (``holdout_fold`` pools train and valid) get one sampler per split, their
+    batches interleaved in a seeded order (:class:`Interleaved`)."""
     from ..sampling.batches import ConfigBatches
 
-    return ConfigBatches(ds, collection, split="train", k=cfg.batch_configs, strategy="uniform",
-                         seed=cfg.seed, graph_ids=graph_ids, batches_per_graph=cfg.batches_per_graph)
+    wanted = set(graph_ids)
+    samplers = []
+    for split in ds.splits(collection):
+        ids = [g for g in ds.graph_ids(collection, split) if g in wanted]
+        if ids:
+            samplers.append(ConfigBatches(ds, collection, split=split, k=cfg.batch_configs,
+                                          strategy="uniform", seed=cfg.seed, graph_ids=ids,
+                                          batches_per_graph=cfg.batches_per_graph))
+    return samplers[0] if len(samplers) == 1 else Interleaved(samplers, cfg.seed)
+
+
+class Interleaved:
+    """Several samplers as one: ``set_epoch`` goes to each; an epoch yields all their batches, the next
+    one drawn from a sampler with probability ∝ its batches left (seeded by seed and epoch)."""
+
+    def __init__(self, samplers: list[Any], seed: int):
+        self.samplers, self.seed, self.epoch = samplers, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        for s in self.samplers:
+            s.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.samplers)
+
+    def __iter__(self) -> Any:
+        rng = np.random.default_rng([self.seed, self.epoch, 2])
+        its = [iter(s) for s in self.samplers]
+        left = np.array([len(s) for s in self.samplers], np.float64)
+        while left.sum() > 0:
+            i = int(rng.choice(len(its), p=left / left.sum()))
+            left[i] -= 1
+            yield next(its[i])
 
 
 def train(ds: Any, collection: str, config: TrainConfig | None = None,

@@ -1,0 +1,348 @@
+"""The batch sampler (issue #14): ``Dataset.read_configs`` / ``config_runtimes``, the row strategies,
+``ConfigBatches`` (epoch plan, rank and worker sharding, determinism, resume, the structures LRU)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from itertools import zip_longest
+
+import numpy as np
+import pytest
+
+import tpuprep
+from tpuprep.sampling import strategies
+from tpuprep.sampling.batches import ConfigBatches, epoch_plan, share_indices
+from tpuprep.shards.reader import sample_rows, unique_config_columns
+
+LAYOUT = "layout:xla:random"
+
+
+@pytest.fixture(scope="module")
+def ds(synth_shards):
+    return tpuprep.open_dataset(synth_shards)
+
+
+def _key(b) -> tuple:
+    """What identifies a yielded batch: graph, epoch and the rows drawn."""
+    return (b.graph_id, b.epoch, tuple(b.sample.rows.tolist()))
+
+
+# -- reader additions -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("collection", [LAYOUT, "tile:xla"])
+def test_read_configs_equals_load_graph_rows_in_the_order_given(ds, collection):
+    for gid in ds.graph_ids(collection):
+        g = ds.load_graph(gid)
+        c_u = g.num_unique_configs
+        rows = np.random.default_rng(1).integers(0, c_u, 2 * c_u + 3)  # repeats, any order
+        s = ds.read_configs(gid, rows)
+        assert s.rows.dtype == np.int64 and np.array_equal(s.rows, rows)
+        assert np.array_equal(s.group_size, g.group_size[rows])
+        assert np.array_equal(s.first_index, g.first_index[rows])
+        if g.config_runtime is None:
+            assert s.config_runtime is None
+        else:
+            assert np.array_equal(s.config_runtime, g.config_runtime[rows])
+        if g.kind == "layout":
+            assert np.array_equal(s.node_config_feat, g.node_config_feat(rows))
+        else:
+            assert np.array_equal(s.config_feat, g.config_feat[rows])
+
+
+@pytest.mark.parametrize("collection", [LAYOUT, "tile:xla"])
+def test_sample_configs_is_read_configs_of_sample_rows(ds, collection):
+    for gid in ds.graph_ids(collection):
+        c_u = ds.num_unique_configs(gid)
+        assert c_u == ds.load_graph(gid).num_unique_configs
+        a = ds.sample_configs(gid, 5, seed=7)
+        b = ds.read_configs(gid, sample_rows(c_u, 5, 7))
+        for field in vars(a):
+            x, y = getattr(a, field), getattr(b, field)
+            assert (x is None and y is None) or np.array_equal(x, y), field
+
+
+def test_read_configs_refuses_rows_out_of_range(ds):
+    gid = ds.graph_ids(LAYOUT, "train")[0]
+    c_u = ds.num_unique_configs(gid)
+    with pytest.raises(IndexError, match=f"row {c_u} of"):
+        ds.read_configs(gid, [0, c_u])
+    with pytest.raises(IndexError, match="row -1 of"):
+        ds.read_configs(gid, [-1])
+    with pytest.raises(ValueError, match="1-D array of integers"):
+        ds.read_configs(gid, [[0]])
+    with pytest.raises(KeyError):
+        ds.read_configs("layout:xla:random:nope", [0])
+
+
+@pytest.mark.parametrize("collection", [LAYOUT, "tile:xla"])
+def test_config_runtimes_equal_load_graph_and_none_on_test(ds, collection):
+    for gid in ds.graph_ids(collection):
+        g = ds.load_graph(gid)
+        r = ds.config_runtimes(gid)
+        if g.split == "test":
+            assert r is None
+        else:
+            assert r.dtype == np.int64 and np.array_equal(r, g.config_runtime)
+
+
+def _spy_columns(monkeypatch) -> list:
+    """Record the ``columns`` of every ``read_row_groups`` call of the reader (the list returned)."""
+    from tpuprep.shards import reader
+
+    seen = []
+    real = reader.read_row_groups
+
+    def spy(pf, path, rgs, columns=None, use_threads=True):
+        seen.append(columns)
+        return real(pf, path, rgs, columns, use_threads)
+
+    monkeypatch.setattr(reader, "read_row_groups", spy)
+    return seen
+
+
+def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
+    seen = _spy_columns(monkeypatch)
+    ds.config_runtimes(ds.graph_ids(LAYOUT, "train")[0])
+    assert seen and all(c is not None and "codes" not in c for c in seen)
+
+
+@pytest.mark.parametrize("collection", ["layout:xla:random", "layout:nlp:default"])
+def test_unique_config_columns_equal_the_stored_ones(ds, collection):
+    for gid in ds.graph_ids(collection):
+        g = ds.load_graph(gid)
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        assert np.array_equal(cols["group_size"], g.group_size) and cols["group_size"].dtype == np.int32
+        assert np.array_equal(cols["first_index"], g.first_index) and cols["first_index"].dtype == np.int32
+        for key, field in (("runtime", "config_runtime"), ("runtime_spread", "config_runtime_spread")):
+            stored = getattr(g, field)
+            assert (cols[key] is None) == (stored is None), (gid, key)
+            assert stored is None or (np.array_equal(cols[key], stored) and cols[key].dtype == np.int64)
+
+
+def test_unique_config_columns_refuse_a_misnumbered_inverse(ds):
+    from dataclasses import replace
+
+    s = ds.load_graph(ds.graph_ids(LAYOUT, "train")[0], configs=False)
+    swapped = s.config_inverse.copy()
+    swapped[swapped == 0], swapped[swapped == 1] = -1, 0
+    swapped[swapped == -1] = 1
+    with pytest.raises(ValueError, match="order of first occurrence"):
+        unique_config_columns(replace(s, config_inverse=swapped))
+
+
+def test_read_configs_with_columns_reads_codes_only_and_gives_the_same_sample(ds, monkeypatch):
+    seen = _spy_columns(monkeypatch)
+    for gid in ds.graph_ids(LAYOUT):
+        rows = np.random.default_rng(2).permutation(ds.num_unique_configs(gid))[:9]
+        plain = ds.read_configs(gid, rows)
+        assert "runtime" in seen[-1]
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        fast = ds.read_configs(gid, rows, cols)
+        assert seen[-1] == ["config_id", "codes"]
+        for field in vars(plain):
+            x, y = getattr(plain, field), getattr(fast, field)
+            assert (x is None and y is None) or (np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype), field
+        assert fast.config_runtime is None or fast.config_runtime.flags.writeable
+
+
+def test_batches_hold_the_stored_configs(ds):
+    for strategy in ("uniform", "stratified"):
+        for b in ConfigBatches(ds, LAYOUT, k=12, strategy=strategy, batches_per_graph=2):
+            ref = ds.read_configs(b.graph_id, b.sample.rows)
+            for field in vars(ref):
+                x, y = getattr(ref, field), getattr(b.sample, field)
+                assert (x is None and y is None) or np.array_equal(x, y), field
+
+
+# -- strategies -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["uniform", "stratified", "pairs"])
+@pytest.mark.parametrize("c, k", [(1000, 64), (50, 64), (7, 7), (9, 3), (2, 1), (0, 4), (5, 0)])
+def test_strategies_give_distinct_rows_clipped_to_the_count(name, c, k):
+    runtimes = np.random.default_rng(c).integers(1, 10**12, c)
+    arg = c if name == "uniform" else runtimes
+    fn = strategies.STRATEGIES[name][1]
+    rows = fn(arg, k, np.random.default_rng(3))
+    assert rows.dtype == np.int64 and len(rows) == min(k, c)
+    assert len(set(rows.tolist())) == len(rows) and ((rows >= 0) & (rows < max(c, 1))).all()
+    assert np.array_equal(rows, fn(arg, k, np.random.default_rng(3)))
+
+
+def test_stratified_takes_a_quarter_from_each_extreme():
+    runtimes = np.random.default_rng(0).permutation(1000).astype(np.int64) * 10
+    for seed in range(5):
+        rows = strategies.stratified(runtimes, 64, np.random.default_rng(seed))
+        rank = np.argsort(np.argsort(runtimes))[rows]  # 0 = fastest
+        assert (rank[:16] < 100).all() and (rank[16:32] >= 900).all()
+
+
+def test_pairs_are_neighbours_in_runtime_order():
+    runtimes = np.random.default_rng(0).permutation(500).astype(np.int64) * 3
+    rank = np.argsort(np.argsort(runtimes))
+    rows = strategies.pairs(runtimes, 64, np.random.default_rng(1))
+    first, second = rank[rows[0::2]], rank[rows[1::2]]
+    assert np.array_equal(second, first + 1)
+
+
+def test_sqrt_quotas_follow_the_square_root():
+    q = strategies.sqrt_quotas(np.array([100, 400, 10000, 0, 1]))
+    assert q.tolist() == [1, 1, 4, 0, 1]  # round(5 * [10, 20, 100, 0, 1] / 131)
+    assert strategies.sqrt_quotas(np.array([1, 4, 16, 64])).tolist() == [1, 1, 1, 2]  # round(4 * [1, 2, 4, 8] / 15)
+
+
+# -- the plan and its sharding ----------------------------------------------------------------------
+
+def test_epoch_plan_holds_every_item_once_and_is_pure():
+    quotas = np.array([3, 1, 0, 2])
+    plan = epoch_plan(4, quotas, seed=5, epoch=2)
+    assert sorted(map(tuple, plan.tolist())) == [(0, 0), (0, 1), (0, 2), (1, 0), (3, 0), (3, 1)]
+    assert np.array_equal(plan, epoch_plan(4, quotas, seed=5, epoch=2))
+    assert any(not np.array_equal(plan, epoch_plan(4, quotas, 5, e)) for e in range(3, 8))
+
+
+@pytest.mark.parametrize("n, w, workers, start", [(23, 3, 2, 0), (7, 2, 3, 0), (10, 1, 4, 3), (5, 4, 2, 1)])
+def test_shares_of_ranks_and_workers_partition_the_epoch(n, w, workers, start):
+    seen = []
+    for rank in range(w):
+        share = np.arange(rank, n, w)
+        mine = [share_indices(n, rank, w, i, workers, start) for i in range(workers)]
+        got = np.concatenate([p for p, _ in mine])
+        assert sorted(got.tolist()) == share[start:].tolist()  # the rank's share from start, once
+        seen += got.tolist()
+        # round-robin over the workers gives the share in order (the DataLoader's order)
+        order = [x for t in zip_longest(*[p.tolist() for p, _ in mine]) for x in t]
+        assert [x for x in order if x is not None] == share[start:].tolist()
+    if start == 0:
+        assert sorted(seen) == list(range(n))
+
+
+def test_ranks_and_workers_together_yield_exactly_the_plan(ds):
+    def make(rank, world):
+        return ConfigBatches(ds, LAYOUT, k=8, seed=3, rank=rank, world_size=world, batches_per_graph=5)
+
+    single = [_key(b) for b in make(0, 1)]
+    assert len(single) == 5 * len(ds.graph_ids(LAYOUT, "train"))
+    union = []
+    for rank in range(2):
+        for worker in range(3):
+            b = make(rank, 2)
+            b.set_worker(worker, 3)
+            keys = [_key(x) for x in b]
+            assert len(keys) == len(b)
+            union += keys
+    assert Counter(union) == Counter(single)
+    plan = make(0, 1).plan()
+    assert Counter((g, e) for g, e, _ in single) == Counter((make(0, 1).graph_ids[g], 0) for g, _ in plan)
+
+
+def test_batches_are_deterministic_and_change_with_the_epoch(ds):
+    a = ConfigBatches(ds, LAYOUT, k=16, seed=1, batches_per_graph=2)
+    b = ConfigBatches(ds, LAYOUT, k=16, seed=1, batches_per_graph=2)
+    first = [_key(x) for x in a]
+    assert first == [_key(x) for x in b] == [_key(x) for x in a]
+    a.set_epoch(1)
+    assert [_key(x) for x in a] != first
+    for x in a:
+        assert x.collection == LAYOUT and x.split == "train" and len(x.sample.rows) == 16
+        assert x.structure.graph_id == x.graph_id and x.structure.config_codes is None
+        assert x.sample.node_config_feat.shape == (16, len(x.structure.node_config_ids), 18)
+
+
+def test_len_counts_what_a_rank_yields(ds):
+    for rank in range(3):
+        b = ConfigBatches(ds, LAYOUT, k=4, rank=rank, world_size=3, batches_per_graph=4)
+        assert len(b) == len(list(b)) == len(range(rank, 4 * 2, 3))
+
+
+# -- resume -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["uniform", "stratified", "pairs"])
+def test_resume_mid_epoch_gives_the_same_remaining_stream(ds, strategy):
+    args = {"k": 8, "strategy": strategy, "seed": 9, "batches_per_graph": 3}
+    a = ConfigBatches(ds, LAYOUT, **args)
+    a.set_epoch(2)
+    whole = [_key(x) for x in a]
+    it = iter(a)
+    for _ in range(4):
+        next(it)
+    state = json.loads(json.dumps(a.state_dict()))
+    assert state["epoch"] == 2 and state["position"] == 4
+    b = ConfigBatches(ds, LAYOUT, **args)
+    b.load_state_dict(state)
+    b.set_epoch(2)  # the resumed epoch: the resume point stays
+    assert [_key(x) for x in b] == whole[4:]
+    assert [_key(x) for x in b] == whole  # the next iteration is the whole epoch again
+
+
+def test_a_state_of_other_settings_is_refused(ds):
+    state = ConfigBatches(ds, LAYOUT, k=8).state_dict()
+    with pytest.raises(ValueError, match="other settings or seed"):
+        ConfigBatches(ds, LAYOUT, k=9).load_state_dict(state)
+    with pytest.raises(ValueError, match="other settings or seed"):
+        ConfigBatches(ds, LAYOUT, k=8, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="not a ConfigBatches state"):
+        ConfigBatches(ds, LAYOUT, k=8).load_state_dict({"epoch": 0})
+
+
+# -- bounded memory, quotas, the test split ---------------------------------------------------------
+
+def test_structures_lru_is_bounded(ds, monkeypatch):
+    loads = []
+    real = ds.load_graph
+
+    def counting(graph_id, configs=True):
+        assert not configs, "the sampler must never load a graph's configs"
+        loads.append(graph_id)
+        return real(graph_id, configs=configs)
+
+    monkeypatch.setattr(ds, "load_graph", counting)
+    ids = ds.graph_ids(LAYOUT, "train")
+    b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=6, structures=1, strategy="stratified")
+    sizes = []
+    for _ in b:
+        sizes.append(len(b._cache))
+    assert max(sizes) == 1
+    assert len(loads) > len(ids)  # structures were evicted and read again
+    b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=6, structures=8)
+    loads.clear()
+    list(b)
+    assert sorted(set(loads)) == sorted(loads)  # all fit: each structure read once
+
+
+def test_sqrt_batches_per_graph(ds):
+    b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph="sqrt")
+    counts = [ds.num_unique_configs(g) for g in b.graph_ids]
+    assert b.quotas().tolist() == strategies.sqrt_quotas(np.array(counts)).tolist()
+    assert Counter(x.graph_id for x in b) == dict(zip(b.graph_ids, b.quotas().tolist(), strict=True))
+
+
+def test_test_split_supports_only_uniform(ds):
+    with pytest.raises(ValueError, match="needs runtimes"):
+        ConfigBatches(ds, LAYOUT, split="test", strategy="pairs")
+    batches = list(ConfigBatches(ds, "tile:xla", split="test", k=3))
+    assert batches and all(x.sample.config_runtime is None for x in batches)
+    assert all(len(x.sample.rows) == min(3, ds.num_unique_configs(x.graph_id)) for x in batches)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"strategy": "best"}, "strategy must be"), ({"k": 0}, "k must be"),
+    ({"rank": 2, "world_size": 2}, "rank must be"), ({"batches_per_graph": 0}, "batches_per_graph"),
+    ({"structures": 0}, "structures must be"), ({"seed": -1}, "seed must be"), ({"graph_ids": ["layout:xla:random:x"]}, "is not in"),
+])
+def test_bad_settings_are_refused(ds, kwargs, match):
+    with pytest.raises((ValueError, KeyError), match=match):
+        ConfigBatches(ds, LAYOUT, **kwargs)
+
+
+def test_unique_config_columns_equal_the_stored_ones_on_real_graphs(real_shards):
+    ds = tpuprep.open_dataset(real_shards)
+    layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
+    assert layout
+    for gid in layout:
+        g = ds.load_graph(gid)
+        cols = unique_config_columns(ds.load_graph(gid, configs=False))
+        assert np.array_equal(cols["group_size"], g.group_size) and np.array_equal(cols["first_index"], g.first_index)
+        for key, field in (("runtime", "config_runtime"), ("runtime_spread", "config_runtime_spread")):
+            stored = getattr(g, field)
+            assert (cols[key] is None and stored is None) or np.array_equal(cols[key], stored), (gid, key)

@@ -1,0 +1,50 @@
+"""PyTorch adapter (``pip install tpuprep[torch]``): ``ConfigBatchDataset``, an ``IterableDataset`` over
+``ConfigBatches``.
+
+Each item is one batch as a dict (``sampling.batches.batch_arrays``): tensors of the NumPy dtypes
+(node_feat (n, 140) float32, node_opcode (n,) uint8, edge_index (m, 2) int32, rows (k,) int64,
+node_config_feat (k, nc, 18) int8 or config_feat (k, 24) float32, config_runtime (k,) int64 ns when the
+split has runtimes, ...) plus ``graph_id`` (str), ``epoch`` and ``position`` (int). Tensors are copies
+(the structures are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, num_workers=n)``:
+each worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back
+in the single-process order.
+
+Resume: ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed
+(without workers ``ds.state_dict()`` knows it), then ``ConfigBatchDataset(...).load_state_dict(state)``;
+call ``set_epoch`` before every epoch (it keeps the resume point only for the resumed epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .sampling.batches import BatchesAdapter, ConfigBatches, batch_arrays
+
+__all__ = ["ConfigBatchDataset"]
+
+
+class ConfigBatchDataset(BatchesAdapter, IterableDataset):
+    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers
+    (``len``, ``set_epoch``, ``state_dict(position)``, ``load_state_dict``: ``BatchesAdapter``)."""
+
+    def __init__(self, batches: ConfigBatches):
+        super().__init__()
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        if info is not None:  # this process is a worker holding its own copy of the batches
+            self.batches.set_worker(info.id, info.num_workers)
+        for batch in self.batches:
+            yield to_tensors(batch_arrays(batch))
+
+
+def to_tensors(arrays: dict[str, Any]) -> dict[str, Any]:
+    """NumPy arrays → tensors (copies, so writable and owned); other values unchanged."""
+    return {key: torch.from_numpy(np.array(value)) if isinstance(value, np.ndarray) else value
+            for key, value in arrays.items()}
