@@ -133,7 +133,7 @@ def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainCon
     ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``.
     Graphs of several splits (``holdout_fold`` pools train and valid) get one sampler per split, their
     batches interleaved in a seeded order (:class:`Interleaved`)."""
-    from ..sampling.batches import ConfigBatches
+    from .. import ConfigBatches
 
     wanted = set(graph_ids)
     samplers = []
