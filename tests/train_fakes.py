@@ -14,11 +14,15 @@ decoding them, ``None`` runtimes on test. Runtimes are learnable functions of th
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from tpuprep.shards.reader import ConfigSample, sample_rows
 
 POW7 = 7 ** np.arange(6, dtype=np.int64)
 
@@ -61,6 +65,16 @@ class FakeGraph:
     config_runtime_normalizers_original: np.ndarray | None = None
     truth: np.ndarray | None = field(default=None, repr=False)  # noise-free runtime of original configs
 
+    @property
+    def kind(self) -> str:
+        return self.collection.split(":", 1)[0]
+
+    @property
+    def num_unique_configs(self) -> int:
+        if self.group_size is None:  # a structure (configs=False)
+            return int(self.config_inverse.max()) + 1 if len(self.config_inverse) else 0
+        return len(self.group_size)
+
     def node_config_feat(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Decoded layout values (k, nc, 18) int8 for the given unique-config rows (all if None)."""
         if self.config_codes is None:
@@ -80,8 +94,51 @@ class FakeDataset:
     def graph_ids(self, collection: str, split: str = "train") -> list[str]:
         return [g.graph_id for g in self._graphs.values() if g.collection == collection and g.split == split]
 
-    def load_graph(self, graph_id: str) -> FakeGraph:
-        return self._graphs[graph_id]
+    def load_graph(self, graph_id: str, configs: bool = True) -> FakeGraph:
+        g = self._graphs[graph_id]
+        if configs:
+            return g
+        return dataclasses.replace(g, config_runtime=None, group_size=None, first_index=None,
+                                   config_codes=None, config_feat=None, config_runtime_normalizers=None)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | None = None) -> Iterator[ConfigSample]:
+        """``Dataset.iter_config_blocks``: the unique configs ``rows`` (all if None) in blocks."""
+        g = self._graphs[graph_id]
+        want = np.arange(g.num_unique_configs) if rows is None else np.asarray(rows, np.int64)
+        for start in range(0, len(want), rows_per_block):
+            yield self._sample(g, want[start:start + rows_per_block])
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``Dataset.sample_configs``: k distinct unique configs drawn by ``sample_rows``."""
+        g = self._graphs[graph_id]
+        return self._sample(g, sample_rows(g.num_unique_configs, k, seed))
+
+    # what tpuprep.ConfigBatches uses besides the above
+    root = "<fake dataset>"
+
+    def splits(self, collection: str) -> list[str]:
+        return sorted({g.split for g in self._graphs.values() if g.collection == collection})
+
+    def read_configs(self, graph_id: str, rows: np.ndarray, columns: dict | None = None) -> ConfigSample:
+        return self._sample(self._graphs[graph_id], np.asarray(rows, np.int64))
+
+    def num_unique_configs(self, graph_id: str) -> int:
+        return self._graphs[graph_id].num_unique_configs
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        rt = self._graphs[graph_id].config_runtime
+        return None if rt is None else np.array(rt, np.int64)
+
+    @staticmethod
+    def _sample(g: FakeGraph, r: np.ndarray) -> ConfigSample:
+        def take(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.array(a[r])
+
+        return ConfigSample(
+            g.graph_id, r, take(g.config_runtime), None, take(g.group_size), take(g.first_index),
+            node_config_feat=None if g.config_codes is None else decode(g.config_codes[r]),
+            config_feat=take(g.config_feat), config_runtime_normalizers=take(g.config_runtime_normalizers))
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         feats = [g.node_feat[:, :134].astype(np.float64) for g in self._graphs.values()
@@ -295,3 +352,37 @@ def record_from_npz(path: Path, collection: str, split: str) -> FakeGraph:
                      group_size=np.bincount(inv).astype(np.int32), first_index=first,
                      config_inverse=inv, config_runtime_original=runtime, config_feat=cf[first],
                      config_runtime_normalizers=norm[best], config_runtime_normalizers_original=norm)
+
+
+class LocalBatches:
+    """Tests only: a minimal stand-in for ``tpuprep.ConfigBatches`` (strategy "uniform") built on
+    ``ds.sample_configs``, so the trainer's loop can be tested against the sampler contract: per epoch
+    every graph ``batches_per_graph`` times in a seeded order, each batch ``k`` sampled unique configs."""
+
+    def __init__(self, ds, graph_ids: list[str], k: int, seed: int = 0, batches_per_graph: int = 1):
+        self.ds, self.graph_ids, self.k, self.seed = ds, list(graph_ids), k, seed
+        self.batches_per_graph = batches_per_graph
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.graph_ids) * self.batches_per_graph
+
+    def __iter__(self):
+        from types import SimpleNamespace
+
+        rng = np.random.default_rng([self.seed, self.epoch])
+        for i in rng.permutation(len(self.graph_ids)):
+            gid = self.graph_ids[int(i)]
+            structure = self.ds.load_graph(gid, configs=False)
+            for _ in range(self.batches_per_graph):
+                sample = self.ds.sample_configs(gid, self.k, seed=int(rng.integers(2 ** 31)))
+                yield SimpleNamespace(graph_id=gid, collection=structure.collection, split=structure.split,
+                                      structure=structure, sample=sample)
+
+
+def local_batches(ds, cfg):
+    """``train(..., batches=local_batches(ds, cfg))``: the trainer's sampler factory for LocalBatches."""
+    return lambda ids: LocalBatches(ds, ids, cfg.batch_configs, cfg.seed, cfg.batches_per_graph)

@@ -2,8 +2,9 @@
 
 Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
 also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``), ``ConfigSample`` and
-``ConfigBatches`` (seeded, resumable, sharded batches of sampled configs; ``tpuprep.torch`` and
-``tpuprep.jax`` adapt them). They are loaded on first use
+``sample_rows`` (what ``Dataset.sample_configs`` returns and draws) and ``ConfigBatches`` (seeded,
+resumable, sharded batches of sampled configs; ``tpuprep.torch`` and ``tpuprep.jax`` adapt them).
+They are loaded on first use
 (module ``__getattr__``), so ``import tpuprep`` — and with it every ``tpuprep`` command — does not pay
 for Numba and pyarrow until something needs them.
 """
@@ -24,15 +25,23 @@ _LAZY = {
     "GraphRecord": ".shards.reader",
     "open_dataset": ".shards.reader",
     "safe_normalizer": ".shards.reader",
+    "sample_rows": ".shards.reader",
 }
 
-__all__ = ["ConfigBatches", "ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7", "encode_base7", "open_dataset",
-           "safe_normalizer"]
+__all__ = ["ConfigBatches", "ConfigSample", "Dataset", "GraphRecord", "__version__", "decode_base7",
+           "encode_base7", "open_dataset", "safe_normalizer", "sample_rows"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports them
     from .kernels.base7 import decode_base7, encode_base7
     from .sampling.batches import ConfigBatches
-    from .shards.reader import ConfigSample, Dataset, GraphRecord, open_dataset, safe_normalizer
+    from .shards.reader import (
+        ConfigSample,
+        Dataset,
+        GraphRecord,
+        open_dataset,
+        safe_normalizer,
+        sample_rows,
+    )
 
 
 def __getattr__(name: str) -> Any:

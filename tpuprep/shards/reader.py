@@ -20,7 +20,7 @@ import os
 import re
 import stat
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -937,6 +937,55 @@ class Dataset:
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
         for gid in self.graph_ids(collection, split):
             yield self.load_graph(gid)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | list[int] | None = None) -> Iterator[ConfigSample]:
+        """The unique configs of a graph as a stream of :class:`ConfigSample` blocks of at most
+        ``rows_per_block`` configs each, so a caller can go through every config of a big graph holding
+        one block's codes at a time (the trainer's evaluation and prediction do).
+
+        rows: unique-config rows to visit, in the order given (``None``: all, 0..c_u−1 in order); the
+        blocks cut them into consecutive pieces, each decoded like :meth:`sample_configs` (only the row
+        groups holding its rows are read, and a layout block stops before those would hold more than
+        ``rows_per_block`` configs, so sparse rows come in smaller blocks). ``block.rows`` tells which
+        configs a block holds.
+        ``KeyError`` for an unknown graph, ``ValueError`` for rows_per_block < 1 or rows outside the
+        graph, ``BadShards`` as in :meth:`sample_configs`.
+        """
+        self._where(graph_id)
+        if rows_per_block < 1:
+            raise ValueError(f"rows_per_block must be ≥ 1, got {rows_per_block}")
+        c_u = self.num_unique_configs(graph_id)
+        want = np.arange(c_u, dtype=np.int64) if rows is None else np.asarray(rows, np.int64).reshape(-1)
+        if len(want) and (want.min() < 0 or want.max() >= c_u):
+            raise ValueError(f"rows of {graph_id!r} must lie in 0..{c_u - 1}")
+        for piece in self._config_blocks(graph_id, want, rows_per_block):
+            yield self.read_configs(graph_id, piece)
+
+    def _config_blocks(self, graph_id: str, want: np.ndarray, rows_per_block: int) -> Iterator[np.ndarray]:
+        """``want`` cut into consecutive pieces of ≤ rows_per_block rows; layout pieces also stop before
+        the row groups they read would hold more than rows_per_block configs (sparse rows, e.g. a
+        sample spread over a big graph, would otherwise decompress the whole graph at once)."""
+        collection, split = self._graphs[graph_id]
+        if collection_kind(collection) != "layout":
+            for start in range(0, len(want), rows_per_block):
+                yield want[start:start + rows_per_block]
+            return
+        starts = self._layout_plan(graph_id, self._index(collection, split).config_row_groups(graph_id))
+        where = np.searchsorted(starts, want, side="right") - 1
+        sizes = np.diff(starts)
+        first, read, groups = 0, 0, set()
+        for i, g in enumerate(where.tolist()):
+            new = g not in groups
+            if i > first and (i - first == rows_per_block or (new and read + sizes[g] > rows_per_block)):
+                yield want[first:i]
+                first, read, groups = i, 0, set()
+                new = True
+            if new:
+                groups.add(g)
+                read += int(sizes[g])
+        if first < len(want):
+            yield want[first:]
 
 
 def open_dataset(path: str | Path, storage_options: dict | None = None) -> Dataset:

@@ -30,8 +30,9 @@ from .features import output_rank, violation_ratio_of
 POSITIONS = ("minor", "major")
 
 
-def _node_info(record: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per configurable node: largest output dim (nc,), rank (nc,), default layout (nc, 6)."""
+def node_info(record: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per configurable node of a layout GraphRecord (its structure is enough): largest output dim
+    (nc,) int64, rank (nc,) int64, default layout (nc, 6) int64."""
     cfg = np.asarray(record.node_config_ids, np.int64)
     nf = np.asarray(record.node_feat)[cfg].astype(np.float64)
     dims = nf[:, COLS_SHAPE_DIMS]
@@ -48,21 +49,32 @@ def violation_ratio(record: Any, rows: np.ndarray | None = None, position: str =
         raise ValueError(f"position must be one of {POSITIONS}")
     c_u = int(np.asarray(record.group_size).shape[0])
     rows = np.arange(c_u) if rows is None else np.asarray(rows, np.int64)
-    largest, rank, default = _node_info(record)
+    info = node_info(record)
     out = np.zeros(len(rows), np.float64)
-    if len(largest) == 0:
-        return out
     for start in range(0, len(rows), chunk):
-        vals = np.asarray(record.node_config_feat(rows[start:start + chunk]), np.int64)[:, :, :6]
-        lay = np.where((vals[:, :, :1] >= 0), vals, default[None])  # (k, nc, 6)
-        n_set = (lay >= 0).sum(axis=2)  # (k, nc)
-        if position == "minor":
-            pos = lay[:, :, 0]
-        else:
-            idx = np.maximum(n_set - 1, 0)
-            pos = np.take_along_axis(lay, idx[:, :, None], axis=2)[:, :, 0]
-        out[start:start + chunk] = violation_ratio_of(pos, largest, rank)
+        out[start:start + chunk] = violation_of_configs(
+            info, record.node_config_feat(rows[start:start + chunk]), position)
     return out
+
+
+def violation_of_configs(info: tuple[np.ndarray, np.ndarray, np.ndarray], values: np.ndarray,
+                         position: str = "minor") -> np.ndarray:
+    """Violation ratio (k,) float64 of decoded configs ``values`` (k, nc, 18) int8 of a graph whose
+    :func:`node_info` is ``info`` (configs streamed in blocks get the same numbers as a whole record)."""
+    if position not in POSITIONS:
+        raise ValueError(f"position must be one of {POSITIONS}")
+    largest, rank, default = info
+    vals = np.asarray(values, np.int64)[:, :, :6]
+    if len(largest) == 0:
+        return np.zeros(len(vals), np.float64)
+    lay = np.where((vals[:, :, :1] >= 0), vals, default[None])  # (k, nc, 6)
+    n_set = (lay >= 0).sum(axis=2)  # (k, nc)
+    if position == "minor":
+        pos = lay[:, :, 0]
+    else:
+        idx = np.maximum(n_set - 1, 0)
+        pos = np.take_along_axis(lay, idx[:, :, None], axis=2)[:, :, 0]
+    return violation_ratio_of(pos, largest, rank)
 
 
 def modal_work_share(record: Any, chunk: int = 4096) -> np.ndarray:

@@ -30,7 +30,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from ._blas import blas_threads
-from .baseline import violation_ratio
+from .baseline import node_info, violation_of_configs, violation_ratio
+from .features import PreparedGraph
 from .metrics import (
     collection_means,
     expand_to_original,
@@ -43,6 +44,7 @@ from .metrics import (
 from .plot import plot_histogram, plot_rank_scatter
 from .predict import check_models_fit, tile_top_configs
 from .ranker import Ranker
+from .stream import prepare_streamed, score_streamed
 
 LAYOUT_KEYS = ["tau", "tau_submission", "opa", "slowdown_1", "slowdown_5", "slowdown_10",
                "tau_violation", "tau_oracle", "tau_vs_truth"]
@@ -92,28 +94,83 @@ def _rank_positions(order: np.ndarray) -> np.ndarray:
 def evaluate_graph(ranker: Ranker, record: Any, truth: np.ndarray | None = None,
                    baseline: bool = True, max_configs: int | None = None,
                    ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """Metrics of one labelled graph; also returns (predicted scores, true target) of the scored configs.
+    """Metrics of one labelled graph held whole (a GraphRecord with its configs); also returns
+    (predicted scores, true target) of the scored configs. :func:`evaluate_streamed` gives the same
+    numbers from the shards without holding the graph's codes.
 
     max_configs (layout): when the graph has more unique configs, score a seeded random sample of that
     many unique configs and all their original duplicates (the row then has ``sampled = True``).
     """
+    _check_labelled(ranker, record)
+    rows_u = evaluation_rows(ranker, record, max_configs)
+    pred_u = ranker.predict_unique(record, rows=rows_u)
+    vr_u = None
+    if baseline and ranker.config.kind == "layout":
+        vr_u = violation_ratio(record, rows_u)
+    return graph_metrics(ranker, record, pred_u, rows_u, vr_u, record.first_index, truth)
+
+
+def evaluate_streamed(ranker: Ranker, ds: Any, graph_id: str, truth: np.ndarray | None = None,
+                      baseline: bool = True, max_configs: int | None = None,
+                      prepared: tuple[Any, PreparedGraph] | None = None,
+                      ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """:func:`evaluate_graph` of a graph of ``ds``, bit for bit, holding one block of its configs at
+    a time (``stream.score_streamed``) instead of the whole graph. prepared: (structure, PreparedGraph)
+    when the caller has them (``stream.prepare_streamed``)."""
+    structure, pg = prepared if prepared is not None else prepare_streamed(ranker, ds, graph_id)
+    _check_labelled(ranker, structure)
+    rows_u = evaluation_rows(ranker, structure, max_configs)
+    info = node_info(structure) if baseline and ranker.config.kind == "layout" else None
+    violations: list[np.ndarray] = []
+    firsts: list[np.ndarray] = []
+
+    def on_block(block: Any) -> None:
+        if info is not None:
+            violations.append(violation_of_configs(info, block.node_config_feat))
+        firsts.append(block.first_index)
+
+    pred_u = score_streamed(ranker, ds, graph_id, pg, rows_u, on_block)
+    vr_u = None if info is None else np.concatenate(violations) if violations else np.zeros(0)
+    first = np.concatenate(firsts) if firsts else np.zeros(0, np.int32)
+    return graph_metrics(ranker, structure, pred_u, rows_u, vr_u, first, truth)
+
+
+def _check_labelled(ranker: Ranker, record: Any) -> None:
+    """ValueError unless ``record`` carries what its collection's metrics need (runtimes; tile:
+    normalizers)."""
     if record.config_runtime_original is None:
         raise ValueError(f"{record.graph_id}: no runtimes (test split?) — nothing to evaluate")
+    if ranker.config.kind == "tile" and record.config_runtime_normalizers_original is None:
+        raise ValueError(f"{record.graph_id}: no runtime normalizers")
+
+
+def evaluation_rows(ranker: Ranker, record: Any, max_configs: int | None) -> np.ndarray | None:
+    """The unique-config rows evaluated (sorted (k,) int64), or None for all: layout graphs with more
+    than ``max_configs`` unique configs get a sample seeded by the graph id's CRC-32."""
+    c_u = record.num_unique_configs
+    if ranker.config.kind != "layout" or max_configs is None or c_u <= max_configs:
+        return None
+    rng = np.random.Generator(np.random.PCG64(zlib.crc32(record.graph_id.encode())))
+    return np.sort(rng.choice(c_u, max_configs, replace=False))
+
+
+def graph_metrics(ranker: Ranker, record: Any, pred_u: np.ndarray, rows_u: np.ndarray | None,
+                  vr_u: np.ndarray | None, first_index: np.ndarray, truth: np.ndarray | None,
+                  ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The metrics row of a graph from the scores ``pred_u`` of its unique configs ``rows_u`` (all if
+    None), the violation ratios ``vr_u`` of the same configs (None: no baseline) and ``first_index``
+    (c_u,) (tile); ``record`` needs only the structure (config_inverse, original runtimes)."""
+    ranker.check_finite(pred_u, record.graph_id)
     inv = np.asarray(record.config_inverse, np.int64)
-    c_u = int(np.asarray(record.group_size).shape[0])
+    c_u = record.num_unique_configs
     row: dict[str, Any] = {"graph_id": record.graph_id, "collection": ranker.collection,
                            "split": record.split, "configs": len(inv), "unique_configs": c_u}
     if ranker.config.kind == "layout":
-        rows_u = None
-        if max_configs is not None and c_u > max_configs:
-            rng = np.random.Generator(np.random.PCG64(zlib.crc32(record.graph_id.encode())))
-            rows_u = np.sort(rng.choice(c_u, max_configs, replace=False))
-            row["sampled"] = True
-        pred_u = ranker.check_finite(ranker.predict_unique(record, rows=rows_u), record.graph_id)
         target = np.asarray(record.config_runtime_original, np.int64)
         if rows_u is None:
             pred, sel = expand_to_original(pred_u, inv), slice(None)
         else:
+            row["sampled"] = True
             pos = np.full(c_u, -1, np.int64)
             pos[rows_u] = np.arange(len(rows_u))
             sel = np.flatnonzero(pos[inv] >= 0)  # original configs of the sampled unique ones
@@ -124,8 +181,7 @@ def evaluate_graph(ranker: Ranker, record: Any, truth: np.ndarray | None = None,
         row["opa"] = ordered_pair_accuracy(pred, target)
         for k in (1, 5, 10):
             row[f"slowdown_{k}"] = slowdown_at_k(pred, target, k)
-        if baseline:
-            vr_u = violation_ratio(record, rows_u)
+        if vr_u is not None:
             vr = expand_to_original(vr_u, inv) if rows_u is None else vr_u[pos[inv[sel]]]
             row["tau_violation"] = kendall_tau(vr, target)
         if truth is not None:
@@ -133,13 +189,10 @@ def evaluate_graph(ranker: Ranker, record: Any, truth: np.ndarray | None = None,
             row["tau_oracle"] = kendall_tau(tr, target)
             row["tau_vs_truth"] = kendall_tau(pred, tr)
     else:
-        if record.config_runtime_normalizers_original is None:
-            raise ValueError(f"{record.graph_id}: no runtime normalizers")
-        pred_u = ranker.check_finite(ranker.predict_unique(record), record.graph_id)
         pred = expand_to_original(pred_u, inv)
         target = (np.asarray(record.config_runtime_original, np.float64)
                   / np.asarray(record.config_runtime_normalizers_original, np.float64))
-        listed = tile_top_configs(pred_u, inv, record.first_index)
+        listed = tile_top_configs(pred_u, inv, first_index)
         row["tile_score"] = tile_score_of_listed(listed, target)
         row["slowdown_1"] = float(target[listed[:1]].min() / target.min())
         row["slowdown_5"] = float(target[listed].min() / target.min())
@@ -191,9 +244,9 @@ def _evaluate(ds: Any, rankers: list[Ranker], split: str, truth: str | Path | No
             ids = ids[:max_graphs]
         for i, gid in enumerate(ids, start=1):
             t0 = time.monotonic()
-            rec = ds.load_graph(gid)
-            tr = load_truth(root, gid, ranker.collection, split, len(rec.config_inverse))
-            row, pred, target = evaluate_graph(ranker, rec, tr, baseline, max_configs)
+            prepared = prepare_streamed(ranker, ds, gid)  # the structure; configs streamed below
+            tr = load_truth(root, gid, ranker.collection, split, len(prepared[0].config_inverse))
+            row, pred, target = evaluate_streamed(ranker, ds, gid, tr, baseline, max_configs, prepared)
             row["seconds"] = round(time.monotonic() - t0, 3)
             rows.append(row)
             kept = samples.setdefault(ranker.collection, [])

@@ -172,7 +172,15 @@ OUTPUT_BOUNDS = slice(8, 14)  # config_feat: kernel_bounds 0–7, output_bounds 
 TILE_UNITS = (8.0, 128.0)  # elements per bound step on the second-minor and minor-most dims (sublanes, lanes)
 
 
-def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray, edge_index: np.ndarray | None = None,
+def tile_bounds_set(config_feat: np.ndarray) -> np.ndarray:
+    """(6,) bool: which output-bound positions (cols 8–13 of config_feat (c, 24)) any config sets (> 0).
+    An OR over configs, so it can be accumulated block by block (``a | tile_bounds_set(block)``)."""
+    cf = np.asarray(config_feat, np.float64)
+    return (cf[:, OUTPUT_BOUNDS] > 0).any(axis=0) if len(cf) else np.zeros(6, bool)
+
+
+def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray | None,
+                        edge_index: np.ndarray | None = None, bounds_set: np.ndarray | None = None,
                         ) -> np.ndarray:
     """(6,) float64: the extents the output tile bounds of a tile kernel divide, in bound order, 0 past r.
 
@@ -182,10 +190,11 @@ def tile_iteration_dims(node_feat: np.ndarray, config_feat: np.ndarray, edge_ind
     space is the kernel's output (the last node) when it has rank r; when the output is a tuple, the
     largest rank-r element of the called computation's root tuple (edges [u, v]: u uses v; ties → the
     later node); else the largest rank-r tensor of the kernel. No output bounds, no such node: zeros.
+    ``bounds_set`` (6,) bool (:func:`tile_bounds_set` over all configs) replaces ``config_feat`` (then
+    None) when the configs are streamed instead of held.
     """
-    cf = np.asarray(config_feat, np.float64)
     out = np.zeros(6, np.float64)
-    set_ = (cf[:, OUTPUT_BOUNDS] > 0).any(axis=0) if len(cf) else np.zeros(6, bool)
+    set_ = tile_bounds_set(config_feat) if bounds_set is None else np.asarray(bounds_set, bool)
     r = int(6 - np.argmax(set_[::-1])) if set_.any() else 0
     if r == 0:
         return out
@@ -295,11 +304,23 @@ def restrict(op: Csr, rows: np.ndarray, cols: np.ndarray) -> Csr:
     return Csr.from_coo(lr[keep], lc[keep], w[keep], len(rows), len(cols))
 
 
+@dataclass
+class ConfigDigest:
+    """What :func:`prepare_graph` needs from a graph's configs, computed without holding them all
+    (``tpuprep.train.stream.config_digest`` streams them): cfg_modal (nc,) int64 (layout,
+    :func:`modal_output_codes`); bounds_set (6,) bool (tile, :func:`tile_bounds_set`)."""
+
+    cfg_modal: np.ndarray | None = None
+    bounds_set: np.ndarray | None = None
+
+
 def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, layers: int,
-                  dtype: Any = np.float32) -> PreparedGraph:
+                  dtype: Any = np.float32, digest: ConfigDigest | None = None) -> PreparedGraph:
     """Build the config-independent inputs of ``record`` (a GraphRecord) for a model with ``layers`` steps.
 
-    kind: "layout" or "tile"; mean / std: cleaned (134,) stats (:func:`clean_stats`).
+    kind: "layout" or "tile"; mean / std: cleaned (134,) stats (:func:`clean_stats`). The config-derived
+    inputs (layout modal blocks, tile bound positions) come from ``digest`` when given, so ``record``
+    may be a structure read with ``load_graph(gid, configs=False)``; else from the record's configs.
     """
     node_feat = np.asarray(record.node_feat)
     n = int(node_feat.shape[0])
@@ -319,11 +340,14 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     pg = PreparedGraph(record.graph_id, kind, n, x, opcode, p_in, p_out, p_in.transpose(),
                        p_out.transpose(), config_pos)
     if kind == "tile":
-        pg.tile_extents = tile_iteration_dims(node_feat, np.asarray(record.config_feat), edge_index)
+        if digest is None:
+            pg.tile_extents = tile_iteration_dims(node_feat, np.asarray(record.config_feat), edge_index)
+        else:
+            pg.tile_extents = tile_iteration_dims(node_feat, None, edge_index, digest.bounds_set)
     if kind == "layout":
         pg.cfg_dims = np.asarray(node_feat[config_pos, 21:27], np.float64)
         pg.cfg_default = np.rint(np.asarray(node_feat[config_pos, 134:140], np.float64)).astype(np.int64)
-        pg.cfg_modal = modal_output_codes(record)
+        pg.cfg_modal = modal_output_codes(record) if digest is None else np.asarray(digest.cfg_modal, np.int64)
         cost = np.sqrt(node_work(node_feat, opcode, edge_index, config_pos))
         pg.cfg_cost = cost / cost.max() if cost.size else cost
         pg.regions = grow_regions(edge_index, n, config_pos, layers)
@@ -406,17 +430,31 @@ MODAL_SAMPLE = 4096
 """Unique configs looked at to find each node's modal output block (evenly spaced over the graph's)."""
 
 
+def modal_rows(num_unique: int) -> np.ndarray:
+    """The unique-config rows (k,) int64, sorted, that :func:`modal_output_codes` counts: at most
+    ``MODAL_SAMPLE`` evenly spaced over 0..num_unique−1 (all of them in a smaller graph)."""
+    return np.unique(np.linspace(0, num_unique - 1, min(num_unique, MODAL_SAMPLE)).astype(np.int64))
+
+
 def modal_output_codes(record: Any) -> np.ndarray:
     """(nc,) int64: per configurable node, the base-7 code of its most frequent output block (slots 0–5)
     over the graph's original configs, i.e. unique configs weighted by ``group_size``; ties → smallest
-    code. At most ``MODAL_SAMPLE`` evenly spaced unique configs are counted. Uses only the config data
-    every split has (no runtimes), so test graphs get it too."""
+    code. At most ``MODAL_SAMPLE`` evenly spaced unique configs are counted (:func:`modal_rows`). Uses
+    only the config data every split has (no runtimes), so test graphs get it too."""
     codes = np.asarray(record.config_codes)
-    c_u, nc = codes.shape[0], codes.shape[1]
-    rows = np.unique(np.linspace(0, c_u - 1, min(c_u, MODAL_SAMPLE)).astype(np.int64))
-    out = codes[rows, :, 0].astype(np.int64)  # (k, nc): slots 0–5 as one base-7 code (TGraph convention)
-    weight = np.asarray(record.group_size, np.float64)[rows]
+    rows = modal_rows(codes.shape[0])
+    # (k, nc): slots 0–5 as one base-7 code (TGraph convention)
+    return modal_of(codes[rows, :, 0], np.asarray(record.group_size)[rows], codes.shape[1])
+
+
+def modal_of(out_codes: np.ndarray, group_size: np.ndarray, nc: int) -> np.ndarray:
+    """(nc,) int64: per column of ``out_codes`` (k, nc) int (the output block's base-7 code of k unique
+    configs), the code with the largest total ``group_size`` (k,); ties → smallest code; 0 when k = 0."""
+    out = np.asarray(out_codes, np.int64)
+    weight = np.asarray(group_size, np.float64)
     modal = np.zeros(nc, np.int64)
+    if out.shape[0] == 0:
+        return modal
     for j in range(nc):
         values, inverse = np.unique(out[:, j], return_inverse=True)
         modal[j] = values[np.argmax(np.bincount(inverse, weights=weight))]

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from .. import GraphRecord
+from .. import ConfigSample, GraphRecord, sample_rows
 
 TRAIN_SUFFIX, HOLDOUT_SUFFIX = "@train", "@holdout"
 
@@ -47,7 +48,8 @@ def restrict_configs(record: GraphRecord, unique_rows: np.ndarray, graph_id: str
         record, graph_id=graph_id, split=split,
         config_runtime=unique(record.config_runtime),
         group_size=unique(record.group_size),
-        first_index=np.searchsorted(originals, record.first_index[rows]).astype(np.int32),
+        first_index=None if record.first_index is None else
+        np.searchsorted(originals, record.first_index[rows]).astype(np.int32),
         config_inverse=position[inverse[originals]].astype(np.int32),
         config_runtime_original=original(record.config_runtime_original),
         config_codes=unique(record.config_codes),
@@ -99,9 +101,58 @@ class ConfigHoldout:
             return []
         return [v for v, (_, s, _) in self._views.items() if split is None or s == split]
 
-    def load_graph(self, graph_id: str) -> GraphRecord:
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         gid, split, rows = self._views[graph_id]
-        return restrict_configs(self.ds.load_graph(gid), rows, graph_id, split)
+        return restrict_configs(self.ds.load_graph(gid, configs=configs), rows, graph_id, split)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | None = None) -> Iterator[ConfigSample]:
+        """``Dataset.iter_config_blocks`` of a view: its unique configs ``rows`` (view numbering, all
+        if None) in blocks, with ``rows`` and ``first_index`` renumbered as in :func:`restrict_configs`."""
+        gid, kept = self._views[graph_id][0], self._views[graph_id][2]
+        for block in self.ds.iter_config_blocks(gid, rows_per_block, kept[self._rows(graph_id, rows)]):
+            yield self._renumbered(graph_id, block)
+
+    def read_configs(self, graph_id: str, rows: np.ndarray, columns: Any = None) -> ConfigSample:
+        """``Dataset.read_configs`` of a view (``columns`` is not needed: the shards give them)."""
+        gid, kept = self._views[graph_id][0], self._views[graph_id][2]
+        return self._renumbered(graph_id, self.ds.read_configs(gid, kept[self._rows(graph_id, rows)]))
+
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``Dataset.sample_configs`` of a view (rows drawn by ``sample_rows`` over its unique configs)."""
+        return self.read_configs(graph_id, sample_rows(self.num_unique_configs(graph_id), k, seed))
+
+    def num_unique_configs(self, graph_id: str) -> int:
+        return len(self._views[graph_id][2])
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        gid, _, kept = self._views[graph_id]
+        runtimes = self.ds.config_runtimes(gid)
+        return None if runtimes is None else runtimes[kept]
+
+    @property
+    def root(self) -> Any:
+        return self.ds.root
+
+    def splits(self, collection: str) -> list[str]:
+        return ["train", "valid"] if collection == self.collection else []
+
+    def _rows(self, graph_id: str, rows: np.ndarray | None) -> np.ndarray:
+        """View rows (all if None) checked against the view's unique configs."""
+        n = self.num_unique_configs(graph_id)
+        want = np.arange(n) if rows is None else np.asarray(rows, np.int64)
+        if len(want) and (want.min() < 0 or want.max() >= n):
+            raise IndexError(f"rows of {graph_id!r} must lie in 0..{n - 1}")
+        return want
+
+    def _renumbered(self, graph_id: str, block: ConfigSample) -> ConfigSample:
+        """A block of the underlying graph in the view's numbering (rows, first_index)."""
+        gid, _, kept = self._views[graph_id]
+        inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
+        originals = np.flatnonzero(np.isin(inverse, kept))  # ascending original indices that stay
+        return dataclasses.replace(
+            block, graph_id=graph_id, rows=np.searchsorted(kept, block.rows).astype(np.int64),
+            first_index=np.searchsorted(originals, block.first_index).astype(np.int32))
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         return self.ds.stats(collection)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import FatalError
 from ..io.files import write_bytes_atomic
-from .features import PreparedGraph, clean_stats, prepare_graph, tile_config_features
+from .features import ConfigDigest, PreparedGraph, clean_stats, prepare_graph, tile_config_features
 from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
@@ -88,10 +88,18 @@ class Ranker:
     def dtype(self) -> np.dtype:
         return np.dtype(self.config.dtype)
 
-    def prepare(self, record: Any) -> PreparedGraph:
-        """Config-independent inputs of a GraphRecord for this model."""
+    def prepare(self, record: Any, digest: ConfigDigest | None = None) -> PreparedGraph:
+        """Config-independent inputs of a GraphRecord for this model (a structure read with
+        ``configs=False`` needs the ``digest`` of its configs, ``stream.config_digest``)."""
         return prepare_graph(record, self.config.kind, self.feat_mean, self.feat_std,
-                             self.config.layers, self.dtype)
+                             self.config.layers, self.dtype, digest)
+
+    def sample_inputs(self, pg: PreparedGraph, sample: Any) -> np.ndarray:
+        """Model input for the configs of a ConfigSample (``ds.sample_configs``, a sampler batch, a
+        block of ``ds.iter_config_blocks``): layout (k, nc, 18) int8; tile (k, 42) float."""
+        if self.config.kind == "layout":
+            return np.asarray(sample.node_config_feat, np.int8)
+        return tile_config_features(np.asarray(sample.config_feat), self.dtype, pg.tile_extents)
 
     def batch_inputs(self, record: Any, pg: PreparedGraph, rows: np.ndarray) -> np.ndarray:
         """Model input for unique-config rows of ``record`` (prepared as ``pg``): layout (k, nc, 18) int8;

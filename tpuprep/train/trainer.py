@@ -1,9 +1,13 @@
 """Training loop: per-graph batches of sampled unique configs, pairwise ranking loss, AdamW.
 
-One step = one graph and ``batch_configs`` of its unique configs (without replacement; all of them when
-the graph has fewer), target = the unique config's minimum runtime (layout) or runtime / normalizer
-(tile). An epoch visits every training graph ``batches_per_graph`` times in a seeded random order.
-Everything random comes from NumPy PCG64 streams derived from ``seed``; same seed and data → same weights.
+One step = one batch of the sampler ``tpuprep.ConfigBatches`` (strategy "uniform"): one graph and
+``batch_configs`` of its unique configs (without replacement; all of them when the graph has fewer),
+target = the unique config's minimum runtime (layout) or runtime / normalizer (tile). An epoch visits
+every training graph ``batches_per_graph`` times in the sampler's seeded order. The trainer holds the
+sampled configs of one step and an LRU of prepared graph structures (``stream.StructureCache``, bounded
+in bytes), never a collection's codes; the per-epoch validation streams its configs in blocks.
+Everything random comes from seeded streams (the sampler's and NumPy PCG64 ones derived from ``seed``);
+same seed and data → same weights.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,12 +24,12 @@ import numpy as np
 
 from ..errors import FatalError
 from ._blas import blas_threads
-from .features import PreparedGraph
 from .losses import LOSSES, pairwise_loss
 from .metrics import kendall_tau, slowdown_at_k
 from .model import ModelConfig, backward, forward
 from .optim import AdamW, lr_at
 from .ranker import Ranker, collection_kind
+from .stream import StructureCache, sample_target, score_streamed
 
 
 class TrainingDiverged(FatalError, ValueError):
@@ -65,7 +69,8 @@ class TrainConfig:
     valid_max_configs: int = 2000  # unique configs sampled per graph for the per-epoch check
     dtype: str = "float32"
     threads: int | None = 1  # BLAS threads while training (_blas.py); None leaves BLAS alone
-    cache_graphs: int | None = None  # graphs kept decoded in memory (None = all)
+    cache_graphs: int | None = None  # prepared graph structures kept (LRU; None: bounded in bytes only,
+    # stream.STRUCTURE_BYTES); configs are never cached, the sampler reads each step's
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -87,85 +92,103 @@ def split_graph_ids(ds: Any, collection: str, holdout_fold: int | None) -> tuple
             [g for g in pool if ds.fold(g) == holdout_fold])
 
 
-def unique_target(record: Any, kind: str) -> np.ndarray | None:
-    """Training target of every unique config: (c_u,) int64 ns (layout) or float64 ratio (tile)."""
-    if record.config_runtime is None:
-        return None
-    if kind == "layout":
-        return np.asarray(record.config_runtime, np.int64)
-    if record.config_runtime_normalizers is None:
-        return None
-    return (np.asarray(record.config_runtime, np.float64)
-            / np.asarray(record.config_runtime_normalizers, np.float64))
+def usable_for_training(structure: Any, kind: str) -> bool:
+    """A graph (its structure, ``configs=False``) with targets to rank: runtimes (tile: and
+    normalizers) and ≥ 2 unique configs."""
+    if structure.config_runtime_original is None or structure.num_unique_configs < 2:
+        return False
+    return kind == "layout" or structure.config_runtime_normalizers_original is not None
 
 
-class GraphCache:
-    """Loaded records and their prepared inputs, kept in memory across epochs (LRU when bounded).
-
-    max_items: how many graphs to keep (None = all). Bound it when the decoded training set does not
-    fit in memory; evicted graphs are simply loaded again from the shards when next needed.
-    """
-
-    def __init__(self, ds: Any, ranker: Ranker, max_items: int | None = None):
-        self.ds = ds
-        self.ranker = ranker
-        self.max_items = max_items
-        self._items: OrderedDict[str, tuple[Any, PreparedGraph, np.ndarray | None]] = OrderedDict()
-
-    def get(self, graph_id: str) -> tuple[Any, PreparedGraph, np.ndarray | None]:
-        """(record, prepared graph, unique target) of ``graph_id``."""
-        item = self._items.get(graph_id)
-        if item is None:
-            rec = self.ds.load_graph(graph_id)
-            item = (rec, self.ranker.prepare(rec), unique_target(rec, self.ranker.config.kind))
-            self._items[graph_id] = item
-            if self.max_items is not None:
-                while len(self._items) > max(1, self.max_items):
-                    self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(graph_id)
-        return item
-
-
-def quick_validation(ranker: Ranker, cache: GraphCache, ids: list[str], max_configs: int,
+def quick_validation(ranker: Ranker, structures: StructureCache, ids: list[str], max_configs: int,
                      seed: int) -> float:
-    """Mean score over ``ids`` on ≤ max_configs sampled unique configs: τ (layout), tile score (tile)."""
+    """Mean score over ``ids`` on ≤ max_configs sampled unique configs: τ (layout), tile score (tile).
+    The configs are streamed in blocks (``stream.score_streamed``)."""
     vals = []
+    kind = ranker.config.kind
     for gid in ids:
-        rec, pg, target = cache.get(gid)
-        if target is None or len(target) < 2:
+        structure, pg = structures.get(gid)
+        if not usable_for_training(structure, kind):
             continue
+        c_u = structure.num_unique_configs
         rng = np.random.Generator(np.random.PCG64([seed, len(vals)]))
-        rows = np.arange(len(target))
+        rows = np.arange(c_u)
         if len(rows) > max_configs:
-            rows = np.sort(rng.choice(len(target), max_configs, replace=False))
-        st = ranker.static(pg)
-        scores = np.concatenate([
-            forward(ranker.params, pg, ranker.batch_inputs(rec, pg, rows[i:i + 1024]), ranker.config, st,
-                    keep=False)[0] for i in range(0, len(rows), 1024)])
-        if ranker.config.kind == "layout":
-            v = kendall_tau(scores, target[rows])
+            rows = np.sort(rng.choice(c_u, max_configs, replace=False))
+        targets: list[np.ndarray] = []
+        scores = score_streamed(ranker, structures.ds, gid, pg, rows,
+                                on_block=lambda block, acc=targets: acc.append(sample_target(block, kind)))
+        target = np.concatenate(targets)
+        if kind == "layout":
+            v = kendall_tau(scores, target)
         else:
-            v = 2.0 - slowdown_at_k(scores, target[rows], 5)
+            v = 2.0 - slowdown_at_k(scores, target, 5)
         if math.isfinite(v):
             vals.append(v)
     return float(np.mean(vals)) if vals else math.nan
 
 
+def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainConfig) -> Any:
+    """The sampler of a training run: ``tpuprep.ConfigBatches`` over ``graph_ids``, uniform samples of
+    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``.
+    Graphs of several splits (``holdout_fold`` pools train and valid) get one sampler per split, their
+    batches interleaved in a seeded order (:class:`Interleaved`)."""
+    from .. import ConfigBatches
+
+    wanted = set(graph_ids)
+    samplers = []
+    for split in ds.splits(collection):
+        ids = [g for g in ds.graph_ids(collection, split) if g in wanted]
+        if ids:
+            samplers.append(ConfigBatches(ds, collection, split=split, k=cfg.batch_configs,
+                                          strategy="uniform", seed=cfg.seed, graph_ids=ids,
+                                          batches_per_graph=cfg.batches_per_graph))
+    return samplers[0] if len(samplers) == 1 else Interleaved(samplers, cfg.seed)
+
+
+class Interleaved:
+    """Several samplers as one: ``set_epoch`` goes to each; an epoch yields all their batches, the next
+    one drawn from a sampler with probability ∝ its batches left (seeded by seed and epoch)."""
+
+    def __init__(self, samplers: list[Any], seed: int):
+        self.samplers, self.seed, self.epoch = samplers, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        for s in self.samplers:
+            s.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.samplers)
+
+    def __iter__(self) -> Any:
+        rng = np.random.default_rng([self.seed, self.epoch, 2])
+        its = [iter(s) for s in self.samplers]
+        left = np.array([len(s) for s in self.samplers], np.float64)
+        while left.sum() > 0:
+            i = int(rng.choice(len(its), p=left / left.sum()))
+            left[i] -= 1
+            yield next(its[i])
+
+
 def train(ds: Any, collection: str, config: TrainConfig | None = None,
-          out: str | Path | None = None, log: TextIO | None = sys.stderr) -> Ranker:
+          out: str | Path | None = None, log: TextIO | None = sys.stderr,
+          batches: Callable[[list[str]], Any] | None = None) -> Ranker:
     """Train a model for ``collection`` on ``ds`` (the SPEC §4 reader); save it to ``out`` if given.
 
     Progress goes to ``log`` (stderr by default; None silences it), one line per epoch. Returns the model.
+    batches: ``batches(graph_ids)`` → a sampler with the ``ConfigBatches`` contract (``set_epoch(e)``,
+    then iterating yields batches with ``graph_id``, ``structure``, ``sample``); None:
+    :func:`config_batches`.
     """
     cfg = config or TrainConfig()
     # overflow in an intermediate (gelu's x³) is harmless; non-finite weights are refused
     with blas_threads(cfg.threads), np.errstate(over="ignore", invalid="ignore"):
-        return _train(ds, collection, cfg, out, log)
+        return _train(ds, collection, cfg, out, log, batches)
 
 
 def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
-           log: TextIO | None) -> Ranker:
+           log: TextIO | None, batches: Callable[[list[str]], Any] | None) -> Ranker:
     kind = collection_kind(collection)
     if collection not in ds.collections:
         raise ValueError(f"collection {collection!r} not in the dataset (has {ds.collections})")
@@ -177,17 +200,13 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
     hyper = asdict(cfg)
     hyper.update(n_train_graphs=len(train_ids), n_valid_graphs=len(valid_ids))
     ranker = Ranker.create(collection, ds.stats(collection), mcfg, cfg.seed, hyper)
-    cache = GraphCache(ds, ranker, cfg.cache_graphs)
+    structures = StructureCache(ds, ranker, cfg.cache_graphs)
     opt = AdamW(ranker.params, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
-    rng = np.random.Generator(np.random.PCG64([cfg.seed, 1]))
-    usable = []
-    for gid in train_ids:
-        _, _, target = cache.get(gid)
-        if target is not None and len(target) >= 2:
-            usable.append(gid)
+    usable = [gid for gid in train_ids if usable_for_training(ds.load_graph(gid, configs=False), kind)]
     if not usable:
         raise ValueError(f"no training graph of {collection} has ≥ 2 labelled unique configs")
-    total = max(1, cfg.epochs * len(usable) * cfg.batches_per_graph)
+    sampler = (batches or (lambda ids: config_batches(ds, collection, ids, cfg)))(usable)
+    total = max(1, cfg.epochs * len(sampler))
     step = configs_seen = 0
     t0 = time.monotonic()
     stopped = ""
@@ -200,31 +219,28 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
         f"{cfg.epochs} epochs, batch {cfg.batch_configs}, loss {cfg.loss}")
     for epoch in range(1, cfg.epochs + 1):
         losses = []
-        for gid in (usable[i] for i in rng.permutation(len(usable))):
-            rec, pg, target = cache.get(gid)
+        sampler.set_epoch(epoch)
+        for batch in sampler:
+            _, pg = structures.get(batch.graph_id, batch.structure)
+            target = sample_target(batch.sample, kind)
             assert target is not None
-            for _ in range(cfg.batches_per_graph):
-                k = min(cfg.batch_configs, len(target))
-                configs_seen += k
-                rows = np.sort(rng.choice(len(target), k, replace=False))
-                scores, fc = forward(ranker.params, pg, ranker.batch_inputs(rec, pg, rows), mcfg)
-                loss, dscores = pairwise_loss(scores, target[rows], cfg.loss, cfg.margin)
-                grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
-                spent = None if cfg.time_budget is None else (time.monotonic() - t0) / max(cfg.time_budget, 1e-9)
-                opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=spent))
-                losses.append(loss)
-                step += 1
-                if cfg.time_budget is not None and time.monotonic() - t0 > cfg.time_budget:
-                    stopped = "time_budget"
-                    break
-            if stopped:
+            configs_seen += len(target)
+            scores, fc = forward(ranker.params, pg, ranker.sample_inputs(pg, batch.sample), mcfg)
+            loss, dscores = pairwise_loss(scores, target, cfg.loss, cfg.margin)
+            grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
+            spent = None if cfg.time_budget is None else (time.monotonic() - t0) / max(cfg.time_budget, 1e-9)
+            opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=spent))
+            losses.append(loss)
+            step += 1
+            if cfg.time_budget is not None and time.monotonic() - t0 > cfg.time_budget:
+                stopped = "time_budget"
                 break
         entry: dict[str, Any] = {"epoch": epoch, "steps": step, "configs": configs_seen,
                                  "loss": float(np.mean(losses)) if losses else math.nan,
                                  "seconds": round(time.monotonic() - t0, 3)}
         msg = f"epoch {epoch}/{cfg.epochs}  loss {entry['loss']:.4f}  steps {step}"
         if cfg.validate and valid_ids:
-            v = quick_validation(ranker, cache, valid_ids, cfg.valid_max_configs, cfg.seed)
+            v = quick_validation(ranker, structures, valid_ids, cfg.valid_max_configs, cfg.seed)
             name = "valid_tau" if kind == "layout" else "valid_tile_score"
             entry[name] = v
             msg += f"  {name} {v:.4f}"

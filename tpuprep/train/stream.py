@@ -1,0 +1,150 @@
+"""Graphs for the trainer, evaluator and predictor without holding a collection's codes.
+
+A graph is used as its structure (``ds.load_graph(gid, configs=False)``) plus the few config-derived
+inputs the model needs (:class:`~.features.ConfigDigest`: the layout modal output blocks from at most
+``features.MODAL_SAMPLE`` evenly spaced unique configs, the tile bound positions any config sets), read
+by streaming the configs in blocks (``ds.iter_config_blocks``). Scoring every unique config of a graph
+streams its configs the same way, so at any time one block of ``ROWS_PER_BLOCK`` decoded configs is
+held, never a graph's (let alone a collection's) codes. Scores equal ``Ranker.predict_unique`` on the
+whole record bit for bit: whatever the blocks, the model sees the same batches of ``SCORE_BATCH``
+configs (inputs left over from one block wait for the next).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import encode_base7
+from .features import ConfigDigest, PreparedGraph, modal_of, modal_rows, tile_bounds_set
+from .model import forward
+from .ranker import Ranker
+
+SCORE_BATCH = 1024
+"""Configs per forward pass when scoring (as ``Ranker.predict_unique``)."""
+ROWS_PER_BLOCK = 4 * SCORE_BATCH
+"""Decoded unique configs held at a time while streaming a graph (``ds.iter_config_blocks``; it also
+bounds the configs a block decompresses): ≤ 4096 × nc × 18 bytes, 27 MB at nc = 373."""
+
+
+def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
+    """The config-derived inputs of a graph (``structure``: its ``load_graph(gid, configs=False)``),
+    equal to those :func:`~.features.prepare_graph` computes from the whole record, read in blocks."""
+    gid = structure.graph_id
+    if kind == "layout":
+        nc = len(structure.node_config_ids)
+        codes, sizes = [], []
+        for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK, modal_rows(structure.num_unique_configs)):
+            codes.append(encode_base7(block.node_config_feat)[:, :, 0].astype(np.int64))
+            sizes.append(block.group_size)
+        out = np.concatenate(codes) if codes else np.zeros((0, nc), np.int64)
+        return ConfigDigest(cfg_modal=modal_of(out, np.concatenate(sizes) if sizes else [], nc))
+    bounds = np.zeros(6, bool)
+    for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK):
+        bounds |= tile_bounds_set(block.config_feat)
+    return ConfigDigest(bounds_set=bounds)
+
+
+def prepare_streamed(ranker: Ranker, ds: Any, graph_id: str) -> tuple[Any, PreparedGraph]:
+    """(structure GraphRecord read with ``configs=False``, prepared inputs for ``ranker``) of a graph."""
+    structure = ds.load_graph(graph_id, configs=False)
+    return structure, ranker.prepare(structure, config_digest(ds, structure, ranker.config.kind))
+
+
+STRUCTURE_BYTES = 512 * 2 ** 20
+"""Default bound of a :class:`StructureCache`: bytes of structures and prepared inputs kept."""
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of the NumPy arrays an object holds (through dataclass fields, lists and tuples)."""
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, list | tuple):
+        return sum(nbytes(o) for o in obj)
+    if hasattr(obj, "__dict__"):
+        return sum(nbytes(v) for v in vars(obj).values())
+    return 0
+
+
+class StructureCache:
+    """An LRU of prepared graph structures: ``get(gid)`` → (structure, PreparedGraph), bounded in bytes
+    (``max_bytes``, the arrays of structure + prepared inputs) and optionally in graphs (``max_items``).
+    The most recent graph is always kept; evicted ones are read and prepared again when next needed.
+    No configs are held here (they come from the sampler or a stream).
+    """
+
+    def __init__(self, ds: Any, ranker: Ranker, max_items: int | None = None,
+                 max_bytes: int = STRUCTURE_BYTES):
+        self.ds = ds
+        self.ranker = ranker
+        self.max_items = None if max_items is None else max(1, int(max_items))
+        self.max_bytes = int(max_bytes)
+        self._items: OrderedDict[str, tuple[Any, PreparedGraph, int]] = OrderedDict()
+        self.bytes = 0
+
+    def get(self, graph_id: str, structure: Any = None) -> tuple[Any, PreparedGraph]:
+        """(structure, prepared graph) of ``graph_id``; ``structure``: its ``load_graph(gid,
+        configs=False)`` when the caller has it (a sampler batch's), else it is read."""
+        item = self._items.get(graph_id)
+        if item is not None:
+            self._items.move_to_end(graph_id)
+            return item[0], item[1]
+        if structure is None:
+            structure, pg = prepare_streamed(self.ranker, self.ds, graph_id)
+        else:
+            pg = self.ranker.prepare(structure, config_digest(self.ds, structure, self.ranker.config.kind))
+        size = nbytes(structure) + nbytes(pg)
+        self._items[graph_id] = (structure, pg, size)
+        self.bytes += size
+        while len(self._items) > 1 and (self.bytes > self.max_bytes or (
+                self.max_items is not None and len(self._items) > self.max_items)):
+            self.bytes -= self._items.popitem(last=False)[1][2]
+        return structure, pg
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def sample_target(sample: Any, kind: str) -> np.ndarray | None:
+    """Training target of a ConfigSample's configs: (k,) int64 ns (layout) or float64 runtime ÷
+    normalizer (tile); None without runtimes (test split)."""
+    if sample.config_runtime is None:
+        return None
+    if kind == "layout":
+        return np.asarray(sample.config_runtime, np.int64)
+    if sample.config_runtime_normalizers is None:
+        return None
+    return (np.asarray(sample.config_runtime, np.float64)
+            / np.asarray(sample.config_runtime_normalizers, np.float64))
+
+
+def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
+                   rows: np.ndarray | None = None,
+                   on_block: Callable[[Any], None] | None = None) -> np.ndarray:
+    """Scores (k,) float64 (higher = slower) of the unique configs ``rows`` of a graph (all if None), in
+    the order given, streamed in blocks of ROWS_PER_BLOCK; ``on_block(ConfigSample)`` sees every block
+    (for what else a caller needs of the configs: runtimes, first_index, a baseline)."""
+    st = ranker.static(pg)
+    parts: list[np.ndarray] = []
+    pending: list[np.ndarray] = []  # inputs not scored yet (< SCORE_BATCH configs between blocks)
+
+    def score(inputs: np.ndarray) -> None:
+        s, _ = forward(ranker.params, pg, inputs, ranker.config, st, keep=False)
+        parts.append(np.asarray(s, np.float64))
+
+    for block in ds.iter_config_blocks(graph_id, ROWS_PER_BLOCK, rows):
+        if on_block is not None:
+            on_block(block)
+        pending.append(ranker.sample_inputs(pg, block))
+        if sum(len(p) for p in pending) >= SCORE_BATCH:
+            inputs = np.concatenate(pending)
+            full = len(inputs) - len(inputs) % SCORE_BATCH
+            for start in range(0, full, SCORE_BATCH):
+                score(inputs[start:start + SCORE_BATCH])
+            pending = [inputs[full:]]
+    if pending and sum(len(p) for p in pending):
+        score(np.concatenate(pending))
+    return np.concatenate(parts) if parts else np.zeros(0, np.float64)
