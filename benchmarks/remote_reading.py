@@ -92,7 +92,8 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
     import fsspec
 
     import tpuprep
-    from tpuprep.shards.reader import Dataset, open_parquet, read_row_groups
+    from tpuprep.shards.parquet import open_parquet, read_row_groups
+    from tpuprep.shards.reader import Dataset
 
     fsspec.filesystem("s3").clear_instance_cache()
     saved = Dataset.open_shard, Dataset._read_sampled

@@ -154,3 +154,34 @@ def test_collection_means_ignores_nan():
     m = collection_means(rows, ["tau", "opa"])
     assert m["a"]["tau"] == pytest.approx(0.4) and m["a"]["graphs"] == 3
     assert math.isnan(m["b"]["opa"])
+
+
+def _reference_means(rows, keys, by="collection"):
+    """The per-collection means written out in plain Python (the oracle of collection_means)."""
+    out = {}
+    for coll in sorted({str(r[by]) for r in rows}):
+        mine = [r for r in rows if str(r[by]) == coll]
+        out[coll] = {}
+        for k in keys:
+            vals = [float(r[k]) for r in mine if r.get(k) is not None and math.isfinite(float(r[k]))]
+            out[coll][k] = float(np.mean(vals)) if vals else math.nan
+        out[coll]["graphs"] = float(len(mine))
+    return out
+
+
+def test_collection_means_equals_the_plain_python_reference():
+    rng = np.random.default_rng(7)
+    choices = [None, math.nan, math.inf, -math.inf, 0.25, -0.5, 1.0]
+    rows = []
+    for _ in range(200):
+        row = {"collection": f"c{rng.integers(4)}"}
+        for k in ("tau", "opa", "slowdown"):
+            if rng.random() < 0.8:
+                row[k] = choices[rng.integers(len(choices))] if rng.random() < 0.3 else float(rng.normal())
+        rows.append(row)
+    got = collection_means(iter(rows), ["tau", "opa", "slowdown", "absent"])
+    want = _reference_means(rows, ["tau", "opa", "slowdown", "absent"])
+    assert list(got) == list(want)
+    for coll in want:
+        for k, v in want[coll].items():
+            assert (math.isnan(v) and math.isnan(got[coll][k])) or got[coll][k] == pytest.approx(v, rel=1e-12), (coll, k)

@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .convert import ConvertedGraph, convert_file
-from .errors import BadInput, FatalError, UsageError
+from .errors import BadInput, FatalError, UsageError, one_line
 from .faults import checkpoint
 from .inputs import (
     InputFile,
@@ -515,15 +515,11 @@ def store_errors(store: Store) -> Iterator[None]:
     except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
         raise FatalError(f"--dst {store.display}: {_store_problem(store, exc)}") from None
     except OSError as exc:
-        raise FatalError(f"--dst {store.display}: the store refused a request: {_one_line(exc)}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+        raise FatalError(f"--dst {store.display}: the store refused a request: {one_line(exc)}") from None
 
 
 def _store_problem(store: Store, exc: OSError) -> str:
-    text = _one_line(exc)
+    text = one_line(exc)
     if isinstance(exc, PermissionError):
         return f"permission denied ({text}); check the credentials and the bucket's policy"
     if isinstance(exc, FileNotFoundError) and ("bucket" in text.lower() or text == "Not Found"):

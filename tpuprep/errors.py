@@ -33,3 +33,8 @@ class FatalError(Exception):
 class BadShards(FatalError, ValueError):
     """A shard folder cannot be trusted: no or malformed manifest, unknown format or major schema
     version, a path that escapes the folder, or data that fails its checks."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (whitespace collapsed), or its type when it has none."""
+    return " ".join(str(exc).split()) or type(exc).__name__

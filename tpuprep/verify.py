@@ -50,14 +50,8 @@ from .io.npz import NpzFile
 from .kernels.base7 import decode_base7
 from .shards.layout import MANIFEST
 from .shards.manifest import COUNT_FIELDS, validate_schema
-from .shards.reader import (
-    Dataset,
-    GraphRecord,
-    check_shard_schema,
-    open_dataset,
-    read_row_group,
-    read_row_groups,
-)
+from .shards.parquet import check_shard_schema, read_row_group, read_row_groups
+from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import (
     FEATURE_STATS_COLUMNS,
     OPCODE_CONVOLUTION,

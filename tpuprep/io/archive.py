@@ -10,13 +10,13 @@ where it lies. Links, devices and FIFOs in an archive are refused per member, wi
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import BadInput
+from .window import ByteWindow
 
 ARCHIVE_SUFFIX = ".tar"
 """File names ending in this are read as tar archives of npz files."""
@@ -96,7 +96,7 @@ def index_tar(fh: BinaryIO, display: str, archive_size: int,
     return members, refused
 
 
-class MemberView(io.RawIOBase):
+class MemberView(ByteWindow):
     """A read-only, seekable file object over bytes ``[offset, offset + size)`` of an open local
     archive file ``fh`` (read with ``os.pread``: no shared file position, no copy of the member).
 
@@ -104,49 +104,26 @@ class MemberView(io.RawIOBase):
     """
 
     def __init__(self, fh: BinaryIO, offset: int, size: int):
-        super().__init__()
+        super().__init__(size)
         self.archive = fh
         self._fd = fh.fileno()
         self._offset = offset
-        self._size = size
-        self._pos = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
-        if base + pos < 0:
-            raise ValueError(f"negative seek position {base + pos}")
-        self._pos = base + pos
-        return self._pos
+    def fill(self, view: memoryview, pos: int) -> int:
+        return os.preadv(self._fd, [view], self._offset + pos)
 
     def read(self, size: int | None = -1) -> bytes:
-        left = max(0, self._size - self._pos)
+        """Up to ``size`` bytes (all that is left when negative) by one ``os.pread``, no buffer copy."""
+        left = max(0, self.size - self.pos)
         n = left if size is None or size < 0 else min(size, left)
         if n == 0:
             return b""
-        data = os.pread(self._fd, n, self._offset + self._pos)
-        self._pos += len(data)
+        data = os.pread(self._fd, n, self._offset + self.pos)
+        self.pos += len(data)
         return data
 
     def readall(self) -> bytes:
         return self.read(-1)
-
-    def readinto(self, buf) -> int:
-        view = memoryview(buf).cast("B")
-        n = min(len(view), max(0, self._size - self._pos))
-        if n == 0:
-            return 0
-        got = os.preadv(self._fd, [view[:n]], self._offset + self._pos)
-        self._pos += got
-        return got
 
     def close(self) -> None:
         if not self.closed:

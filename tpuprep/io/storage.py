@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import FatalError, UsageError
 from .files import looks_like_url
+from .window import ByteWindow
 
 if TYPE_CHECKING:  # fsspec and pyarrow are imported only when a URL is used
     import fsspec
@@ -165,40 +166,24 @@ class Store:
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
 
-class _Prefetched(io.RawIOBase):
+class _Prefetched(ByteWindow):
     """A seekable read-only view of a remote file of which some byte ranges are already in memory
     (``Store.open_prefetched``); other reads fetch exactly what they ask for."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int, blocks: list[tuple[int, bytes]]):
-        self.fs, self.path, self.size, self.pos = fs, path, size, 0
+        super().__init__(size)
+        self.fs, self.path = fs, path
         self.blocks = sorted(blocks, key=lambda b: b[0])
         self.starts = [start for start, _ in self.blocks]
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        end = min(self.pos + len(view), self.size)
-        if end <= self.pos:
-            return 0
-        i = bisect.bisect_right(self.starts, self.pos) - 1
-        if i >= 0 and self.pos + (end - self.pos) <= self.starts[i] + len(self.blocks[i][1]):
-            data = memoryview(self.blocks[i][1])[self.pos - self.starts[i]: end - self.starts[i]]
+    def fill(self, view: memoryview, pos: int) -> int:
+        end = pos + len(view)
+        i = bisect.bisect_right(self.starts, pos) - 1
+        if i >= 0 and end <= self.starts[i] + len(self.blocks[i][1]):
+            data = memoryview(self.blocks[i][1])[pos - self.starts[i]: end - self.starts[i]]
         else:
-            data = memoryview(self.fs.cat_file(self.path, start=self.pos, end=end))
+            data = memoryview(self.fs.cat_file(self.path, start=pos, end=end))
         view[: len(data)] = data
-        self.pos += len(data)
         return len(data)
 
 

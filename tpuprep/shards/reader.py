@@ -31,113 +31,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import BadShards
+from ..errors import BadShards, one_line
 from ..io.storage import Store, resolve, scheme_of, storage_error
 from ..kernels.base7 import decode_base7
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
-from .schema import table_name, table_schema
+from .parquet import (
+    binary_rows,
+    check_shard_schema,
+    chunk_ranges,
+    flat,
+    open_parquet,
+    read_row_group,
+    read_row_groups,
+)
+from .schema import table_name
 
 if TYPE_CHECKING:
     import polars as pl
-
-
-def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
-    """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet).
-    ``source``: what to read instead of ``path`` (a remote shard's file object,
-    ``Store.open_ranged``); ``path`` then only names it, and a denied read is the store's one line."""
-    try:
-        return pq.ParquetFile(path if source is None else source, page_checksum_verification=True)
-    except PermissionError as exc:
-        if source is None:
-            raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
-        raise storage_error(exc, str(path)) from None
-    except (OSError, pa.ArrowException) as exc:
-        raise BadShards(f"{path}: not a readable Parquet file: {_one_line(exc)}") from None
-
-
-_STORE_FAILURES = (PermissionError, ConnectionError, TimeoutError)
-"""Errors of a remote read that say nothing about the shard's bytes (a denied GET, a lost connection):
-the store's one line (``io.storage.storage_error``), never "corrupt". pyarrow re-raises them as they
-came from the file object; a local open file does not raise them."""
-
-
-def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None,
-                    use_threads: bool = True) -> pa.Table:
-    """Row groups ``rgs`` of an open shard as one table; a failed checksum or bad page → ``BadShards``.
-    ``use_threads=False`` for a few small row groups (a thread pool costs more than it saves there)."""
-    try:
-        return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
-    except _STORE_FAILURES as exc:
-        raise storage_error(exc, str(path)) from None
-    except (OSError, pa.ArrowException) as exc:
-        for rg in rgs:  # name the row group at fault
-            read_row_group(pf, path, rg, columns)
-        raise BadShards(f"{path}: row groups {rgs[0]}..{rgs[-1]} are corrupt: {_one_line(exc)}") from None
-
-
-def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] | None = None) -> pa.Table:
-    """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
-    try:
-        return pf.read_row_group(rg, columns=columns)
-    except _STORE_FAILURES as exc:
-        raise storage_error(exc, str(path)) from None
-    except (OSError, pa.ArrowException) as exc:
-        raise BadShards(f"{path}: row group {rg} is corrupt: {_one_line(exc)}") from None
-
-
-def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
-                 gap: int = 8192) -> list[tuple[int, int]]:
-    """The byte ranges [start, end) of the column chunks of ``columns`` in row groups ``rgs`` (pages
-    and their headers, dictionary page first), sorted, ranges less than ``gap`` bytes apart merged
-    (pyarrow's own hole limit for pre-buffered reads)."""
-    spans = []
-    for rg in rgs:
-        group = meta.row_group(rg)
-        for c in range(group.num_columns):
-            col = group.column(c)
-            if col.path_in_schema.split(".")[0] not in columns:
-                continue
-            start = col.data_page_offset
-            if col.has_dictionary_page and col.dictionary_page_offset:
-                start = min(start, col.dictionary_page_offset)
-            spans.append((start, start + col.total_compressed_size))
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1] + gap:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """All leaf values of a (possibly nested, possibly chunked) list array as one NumPy array."""
-    if isinstance(array, pa.ChunkedArray):
-        chunks = [_flat(c) for c in array.chunks]
-        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-    while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type):
-        array = array.flatten()
-    return array.to_numpy(zero_copy_only=array.null_count == 0 and not pa.types.is_boolean(array.type))
-
-
-def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
-    """The values of a binary column of equal-width rows, concatenated as one flat NumPy array
-    (zero-copy for a single chunk)."""
-    parts = []
-    for chunk in column.chunks:
-        if len(chunk) == 0:
-            continue
-        offsets = np.frombuffer(chunk.buffers()[1], np.int32, len(chunk) + 1, chunk.offset * 4)
-        data = chunk.buffers()[2]
-        parts.append(np.frombuffer(data, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])))
-    raw = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
-    return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
 
 
 def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
@@ -153,20 +65,20 @@ def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
 def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
     """Column ``name`` of the rows ``taken`` from ``table`` as a fresh NumPy array, None when the column
     holds nulls in ``table`` (the test split's runtimes: decided on every row read, even for k = 0)."""
-    return None if table.column(name).null_count else _flat(taken.column(name)).copy()
+    return None if table.column(name).null_count else flat(taken.column(name)).copy()
 
 
 def _sample_fields(graph_id: str, rows: np.ndarray, table: pa.Table, taken: pa.Table) -> dict:
     """The ConfigSample fields common to layout and tile, from the rows ``taken`` out of ``table``."""
     return {"graph_id": graph_id, "rows": rows, "config_runtime": _taken(table, taken, "runtime"),
             "config_runtime_spread": _taken(table, taken, "runtime_spread"),
-            "group_size": _flat(taken.column("group_size")).copy(),
-            "first_index": _flat(taken.column("first_index")).copy()}
+            "group_size": flat(taken.column("group_size")).copy(),
+            "first_index": flat(taken.column("first_index")).copy()}
 
 
 def _flat_or_none(column: pa.ChunkedArray) -> np.ndarray | None:
     """A flat int64/... column as NumPy, None when it holds nulls (the test split's runtimes)."""
-    return None if column.null_count else _flat(column)
+    return None if column.null_count else flat(column)
 
 
 def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None) -> np.ndarray | None:
@@ -174,7 +86,7 @@ def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None)
     cell = col.slice(row, 1)
     if cell.null_count:
         return None
-    values = _flat(cell.combine_chunks() if cell.num_chunks != 1 else cell.chunk(0))
+    values = flat(cell.combine_chunks() if cell.num_chunks != 1 else cell.chunk(0))
     return values.reshape(-1, width) if width else values
 
 
@@ -340,26 +252,6 @@ _SAMPLE_COLUMNS = {"layout": ["config_id", "runtime", "runtime_spread", "group_s
                             "first_index", "normalizer", "config_feat"]}
 
 
-def shard_table(pf: pq.ParquetFile) -> str:
-    """The ``table`` recorded in a shard's key-value metadata (``layout_graphs`` ...)."""
-    meta = pf.schema_arrow.metadata or {}
-    return meta.get(b"table", b"").decode(errors="replace")
-
-
-def check_shard_schema(pf: pq.ParquetFile, path: Path, table: str) -> None:
-    """``BadShards`` unless the shard holds ``table`` with every column of its schema file, of the
-    same type and nullability (a newer minor version may add columns)."""
-    if shard_table(pf) != table:
-        raise BadShards(f"{path}: holds table {shard_table(pf)!r}, the manifest says {table!r}")
-    have = pf.schema_arrow
-    for want in table_schema(table).arrow:
-        i = have.get_field_index(want.name)
-        if i < 0 or have.field(i).type != want.type or have.field(i).nullable != want.nullable:
-            found = f"{have.field(i).type}{'' if have.field(i).nullable else ' not null'}" if i >= 0 else "missing"
-            raise BadShards(f"{path}: column {want.name} is {found}, the {table} schema says {want.type}"
-                            f"{'' if want.nullable else ' not null'}")
-
-
 class _ShardIndex:
     """Where each graph of one (collection, split) lives: graphs row and configs row groups.
 
@@ -499,7 +391,7 @@ class Dataset:
         except FileNotFoundError:
             raise bad("the file does not exist") from None
         except (OSError, RuntimeError) as exc:
-            raise bad(f"cannot be resolved: {_one_line(exc)}") from None
+            raise bad(f"cannot be resolved: {one_line(exc)}") from None
         if not real.is_relative_to(self._real_root):
             raise bad(f"leads outside the shard folder (to {real}) through a symbolic link")
         if not stat.S_ISREG(os.lstat(real).st_mode):
@@ -586,7 +478,7 @@ class Dataset:
             except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
                 if isinstance(exc, BadShards):
                     raise
-                raise BadShards(f"{path}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
+                raise BadShards(f"{path}: graph {graph_id!r} cannot be read back: {one_line(exc)}") from None
         groups = index.config_row_groups(graph_id)
         try:
             pieces = []
@@ -602,7 +494,7 @@ class Dataset:
             if isinstance(exc, BadShards):
                 raise
             where = ", ".join(sorted({str(path), *(str(p) for p, _ in groups)}))
-            raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {_one_line(exc)}") from None
+            raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {one_line(exc)}") from None
 
     def _record(self, graph_id: str, collection: str, split: str, g: pa.Table, row: int,
                 pieces: list[pa.Table] | None) -> GraphRecord:
@@ -623,15 +515,15 @@ class Dataset:
         record = self._structure(graph_id, collection, split, g, row, scalar)
         record.config_runtime = _flat_or_none(configs.column("runtime"))
         record.config_runtime_spread = _flat_or_none(configs.column("runtime_spread"))
-        record.group_size = _flat(configs.column("group_size"))
-        record.first_index = _flat(configs.column("first_index"))
+        record.group_size = flat(configs.column("group_size"))
+        record.first_index = flat(configs.column("first_index"))
         if kind == "layout":
             stored = binary_rows(configs.column("codes")).reshape(-1, scalar["num_config_columns"], 3)
             record.config_codes = expand_tied(stored, record.config_node_tie)
         else:
-            record.config_feat = _flat(configs.column("config_feat")).reshape(-1, 24)
+            record.config_feat = flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
-                                                 else _flat(configs.column("normalizer")))
+                                                 else flat(configs.column("normalizer")))
         return _read_only(record)
 
     @staticmethod
@@ -730,7 +622,7 @@ class Dataset:
                     t = t.filter(pc.equal(t.column("graph_id"), graph_id))
                 pieces.append(t)
             table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-            ids = _flat(table.column("config_id"))
+            ids = flat(table.column("config_id"))
             if not np.array_equal(ids, np.arange(len(ids))):
                 raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id "
                                 f"0..{len(ids) - 1}")
@@ -740,7 +632,7 @@ class Dataset:
             if isinstance(exc, BadShards):
                 raise
             where = ", ".join(sorted({str(p) for p, _ in groups}))
-            raise BadShards(f"{where}: runtimes of {graph_id!r} cannot be read: {_one_line(exc)}") from None
+            raise BadShards(f"{where}: runtimes of {graph_id!r} cannot be read: {one_line(exc)}") from None
 
     def _where(self, graph_id: str) -> tuple[str, str]:
         """(collection, split) of a listed graph (``KeyError`` otherwise)."""
@@ -766,7 +658,7 @@ class Dataset:
             if isinstance(exc, BadShards):
                 raise
             where = ", ".join(sorted({str(p) for p, _ in groups}))
-            raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {_one_line(exc)}") from None
+            raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {one_line(exc)}") from None
 
     def _layout_plan(self, graph_id: str, groups: list[tuple[Path, int]]) -> np.ndarray:
         """(g + 1,) int64: the first config_id of each of the graph's configs row groups, then c_u
@@ -797,7 +689,7 @@ class Dataset:
             pieces.append(t)
         table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         pos = np.array([offsets[int(w)] for w in where], np.int64) + rows - starts[where]
-        ids = _flat(table.column("config_id"))[pos]
+        ids = flat(table.column("config_id"))[pos]
         if not np.array_equal(ids, rows):
             bad = int(np.flatnonzero(ids != rows)[0])
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
@@ -847,14 +739,14 @@ class Dataset:
             t = read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
             pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
         table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        ids = _flat(table.column("config_id"))
+        ids = flat(table.column("config_id"))
         if not np.array_equal(ids, np.arange(len(ids))):
             raise BadShards(f"{groups[0][0]}: configs rows of {graph_id!r} are not config_id 0..{len(ids) - 1}")
         rows = choose(len(ids))
         taken = table.take(pa.array(rows, pa.int64()))
         return ConfigSample(
             **_sample_fields(graph_id, rows, table, taken),
-            config_feat=_flat(taken.column("config_feat")).reshape(-1, 24).copy(),
+            config_feat=flat(taken.column("config_feat")).reshape(-1, 24).copy(),
             config_runtime_normalizers=_taken(table, taken, "normalizer"),
         )
 

@@ -240,24 +240,18 @@ def collection_means(
 ) -> dict[str, dict[str, float]]:
     """Mean of each metric in ``keys`` per value of ``rows[by]``, ignoring NaN and missing values.
 
-    Returns {collection: {key: mean, "graphs": count}}; a key with no finite value gives NaN.
+    Returns {collection: {key: mean, "graphs": count}}, collections sorted; a key with no finite value
+    gives NaN. The per-graph rows become one polars frame, aggregated by one ``group_by``.
     """
-    keys = list(keys)
-    acc: dict[str, dict[str, list[float]]] = {}
-    counts: dict[str, int] = {}
-    for row in rows:
-        coll = str(row[by])
-        counts[coll] = counts.get(coll, 0) + 1
-        slot = acc.setdefault(coll, {k: [] for k in keys})
-        for k in keys:
-            v = row.get(k)
-            if v is None:
-                continue
-            fv = float(v)  # type: ignore[arg-type]
-            if math.isfinite(fv):
-                slot[k].append(fv)
-    out: dict[str, dict[str, float]] = {}
-    for coll in sorted(acc):
-        out[coll] = {k: (float(np.mean(v)) if v else math.nan) for k, v in acc[coll].items()}
-        out[coll]["graphs"] = float(counts[coll])
-    return out
+    import polars as pl
+
+    keys, rows = list(keys), list(rows)
+    frame = pl.DataFrame(
+        {by: [str(r[by]) for r in rows],
+         **{k: [None if r.get(k) is None else float(r[k]) for r in rows] for k in keys}},  # type: ignore[arg-type]
+        schema={by: pl.String, **dict.fromkeys(keys, pl.Float64)})
+    finite = [pl.when(pl.col(k).is_finite()).then(pl.col(k)).mean().alias(k) for k in keys]
+    table = frame.group_by(by).agg(pl.len().alias("graphs"), *finite).sort(by)
+    return {row[by]: {**{k: math.nan if row[k] is None else float(row[k]) for k in keys},
+                      "graphs": float(row["graphs"])}
+            for row in table.iter_rows(named=True)}

@@ -1,0 +1,132 @@
+"""Reading one Parquet shard file safely: opened with every page's CRC-32 checked, row groups read
+with one-line errors naming the file and row group, the byte ranges of column chunks (for ranged
+remote reads), typed column values as NumPy arrays, and the shard's recorded table and schema.
+
+A remote read that fails for a reason unrelated to the shard's bytes (a denied GET, a lost connection)
+is the store's one line (``io.storage.storage_error``), never "corrupt".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import BadShards, one_line
+from ..io.storage import storage_error
+from .schema import table_schema
+
+
+def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
+    """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet).
+    ``source``: what to read instead of ``path`` (a remote shard's file object,
+    ``Store.open_ranged``); ``path`` then only names it, and a denied read is the store's one line."""
+    try:
+        return pq.ParquetFile(path if source is None else source, page_checksum_verification=True)
+    except PermissionError as exc:
+        if source is None:
+            raise BadShards(f"{path}: not a readable Parquet file: {one_line(exc)}") from None
+        raise storage_error(exc, str(path)) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise BadShards(f"{path}: not a readable Parquet file: {one_line(exc)}") from None
+
+
+STORE_FAILURES = (PermissionError, ConnectionError, TimeoutError)
+"""Errors of a remote read that say nothing about the shard's bytes (a denied GET, a lost connection):
+the store's one line (``io.storage.storage_error``), never "corrupt". pyarrow re-raises them as they
+came from the file object; a local open file does not raise them."""
+
+
+def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: list[str] | None = None,
+                    use_threads: bool = True) -> pa.Table:
+    """Row groups ``rgs`` of an open shard as one table; a failed checksum or bad page → ``BadShards``.
+    ``use_threads=False`` for a few small row groups (a thread pool costs more than it saves there)."""
+    try:
+        return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
+    except STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
+    except (OSError, pa.ArrowException) as exc:
+        for rg in rgs:  # name the row group at fault
+            read_row_group(pf, path, rg, columns)
+        raise BadShards(f"{path}: row groups {rgs[0]}..{rgs[-1]} are corrupt: {one_line(exc)}") from None
+
+
+def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] | None = None) -> pa.Table:
+    """Row group ``rg`` of an open shard; a failed page checksum or undecodable page → ``BadShards``."""
+    try:
+        return pf.read_row_group(rg, columns=columns)
+    except STORE_FAILURES as exc:
+        raise storage_error(exc, str(path)) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise BadShards(f"{path}: row group {rg} is corrupt: {one_line(exc)}") from None
+
+
+def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
+                 gap: int = 8192) -> list[tuple[int, int]]:
+    """The byte ranges [start, end) of the column chunks of ``columns`` in row groups ``rgs`` (pages
+    and their headers, dictionary page first), sorted, ranges less than ``gap`` bytes apart merged
+    (pyarrow's own hole limit for pre-buffered reads)."""
+    spans = []
+    for rg in rgs:
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            col = group.column(c)
+            if col.path_in_schema.split(".")[0] not in columns:
+                continue
+            start = col.data_page_offset
+            if col.has_dictionary_page and col.dictionary_page_offset:
+                start = min(start, col.dictionary_page_offset)
+            spans.append((start, start + col.total_compressed_size))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1] + gap:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """All leaf values of a (possibly nested, possibly chunked) list array as one NumPy array."""
+    if isinstance(array, pa.ChunkedArray):
+        chunks = [flat(c) for c in array.chunks]
+        return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.flatten()
+    return array.to_numpy(zero_copy_only=array.null_count == 0 and not pa.types.is_boolean(array.type))
+
+
+def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
+    """The values of a binary column of equal-width rows, concatenated as one flat NumPy array
+    (zero-copy for a single chunk)."""
+    parts = []
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32, len(chunk) + 1, chunk.offset * 4)
+        data = chunk.buffers()[2]
+        parts.append(np.frombuffer(data, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])))
+    raw = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
+    return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
+
+
+def shard_table(pf: pq.ParquetFile) -> str:
+    """The ``table`` recorded in a shard's key-value metadata (``layout_graphs`` ...)."""
+    meta = pf.schema_arrow.metadata or {}
+    return meta.get(b"table", b"").decode(errors="replace")
+
+
+def check_shard_schema(pf: pq.ParquetFile, path: Path, table: str) -> None:
+    """``BadShards`` unless the shard holds ``table`` with every column of its schema file, of the
+    same type and nullability (a newer minor version may add columns)."""
+    if shard_table(pf) != table:
+        raise BadShards(f"{path}: holds table {shard_table(pf)!r}, the manifest says {table!r}")
+    have = pf.schema_arrow
+    for want in table_schema(table).arrow:
+        i = have.get_field_index(want.name)
+        if i < 0 or have.field(i).type != want.type or have.field(i).nullable != want.nullable:
+            found = f"{have.field(i).type}{'' if have.field(i).nullable else ' not null'}" if i >= 0 else "missing"
+            raise BadShards(f"{path}: column {want.name} is {found}, the {table} schema says {want.type}"
+                            f"{'' if want.nullable else ' not null'}")
