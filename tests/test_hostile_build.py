@@ -401,3 +401,19 @@ def test_a_filter_that_matches_nothing_names_itself_and_what_exists(tree, tmp_pa
         assert f"{named} matches none of the 8 .npz files" in result.stderr
         assert "layout:xla:random (train, valid), tile:xla (train, valid)" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "verify"])
+def test_credentials_in_a_url_never_reach_the_log_or_the_terminal(tmp_path, clean, command):
+    """A URL may carry credentials (s3://KEY:SECRET@bucket/...): the --log-file line that records the
+    command, and the one error line, show the URL without them."""
+    src, _ = clean
+    log_file = tmp_path / "run.log"
+    url = "s3x://AKIDEXAMPLE:wJalrXUtnFEMI-SECRET@bucket/npz"
+    args = (["build", "--src", url, "--dst", str(tmp_path / "out")] if command == "build"
+            else ["verify", "--src", url, "--dst", str(tmp_path)])
+    result = _run(*args, "-q", "--log-file", str(log_file))
+    assert result.exit_code in (1, 2), result.stderr  # verify stops at the folder that holds no build
+    text = log_file.read_text() + result.stderr + result.stdout
+    assert "s3x://bucket/npz" in log_file.read_text()
+    assert "SECRET" not in text and "AKIDEXAMPLE" not in text

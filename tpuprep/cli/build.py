@@ -8,7 +8,7 @@ import time
 
 import click
 
-from .common import Progress, comma_list, json_errors, log, open_log, report_build
+from .common import Progress, comma_list, json_errors, log, open_log, report_build, shown
 from .group import main
 
 
@@ -26,7 +26,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     if as_json:
         json_errors()
     if open_log(log_file):
-        log(f"tpuprep build --src {src} --dst {dst}" + (" --resume" if resume else ""))
+        log(f"tpuprep build --src {shown(src)} --dst {shown(dst)}" + (" --resume" if resume else ""))
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
     runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)

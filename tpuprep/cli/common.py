@@ -21,6 +21,18 @@ from ..errors import FatalError, UsageError
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_QUARANTINED = 0, 1, 2, 3
 
 
+def shown(location: str | Path) -> str:
+    """A --src/--dst as it may be printed or logged: a URL without credentials (``user:secret@``,
+    query strings), a local path as it is."""
+    from ..io.files import looks_like_url
+
+    if looks_like_url(location):
+        from ..io.storage import without_credentials
+
+        return without_credentials(str(location))
+    return str(location)
+
+
 def human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1024 or unit == "TB":

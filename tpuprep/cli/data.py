@@ -17,6 +17,7 @@ from .common import (
     json_errors,
     log,
     open_log,
+    shown,
     summary_table,
 )
 from .group import main
@@ -77,7 +78,7 @@ def info(dst, as_json, from_shards) -> None:
     if as_json:
         click.echo(json.dumps({k: v for k, v in m.items() if k != "inputs"}, indent=1))
         return
-    lines = [f"{dst}: schema {m['schema_version']}, tpuprep {m['versions']['tpuprep']}, "
+    lines = [f"{shown(dst)}: schema {m['schema_version']}, tpuprep {m['versions']['tpuprep']}, "
              f"options {m['options']}", summary_table(m),
              f"\n{len(m['shards'])} shards, {human(sum(s['bytes'] for s in m['shards']))}; "
              f"{len(m['quarantine'])} quarantined inputs"]
@@ -121,7 +122,7 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
     if as_json:
         json_errors()
     if open_log(log_file):
-        log(f"tpuprep verify --src {src} --dst {dst}")
+        log(f"tpuprep verify --src {shown(src)} --dst {shown(dst)}")
     started = time.perf_counter()
     progress = Progress(quiet, False, label="verifying")
     try:
