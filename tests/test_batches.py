@@ -310,6 +310,26 @@ def test_structures_lru_is_bounded(ds, monkeypatch):
     assert sorted(set(loads)) == sorted(loads)  # all fit: each structure read once
 
 
+@pytest.mark.parametrize("collection", [LAYOUT, "tile:xla"])
+def test_the_lru_is_bounded_in_bytes_too(ds, collection):
+    """cache_bytes caps the arrays the LRU holds together (the newest entry always stays)."""
+    roomy = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000)
+    list(roomy)
+    sizes = sorted(e.nbytes for e in roomy._cache.values())
+    assert len(sizes) == len(roomy.graph_ids) and sizes[0] > 0
+    assert roomy._cached_bytes == sum(sizes)
+    cap = sizes[-1]  # room for the largest entry alone
+    tight = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000, cache_bytes=cap)
+    held = []
+    for _ in tight:
+        held.append((len(tight._cache), tight._cached_bytes))
+        assert tight._cached_bytes == sum(e.nbytes for e in tight._cache.values())
+        assert tight._cached_bytes <= cap or len(tight._cache) == 1
+    assert max(n for n, _ in held) < len(roomy.graph_ids)
+    with pytest.raises(ValueError, match="cache_bytes must be"):
+        ConfigBatches(ds, collection, cache_bytes=-1)
+
+
 def test_sqrt_batches_per_graph(ds):
     b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph="sqrt")
     counts = [ds.num_unique_configs(g) for g in b.graph_ids]
@@ -346,3 +366,27 @@ def test_unique_config_columns_equal_the_stored_ones_on_real_graphs(real_shards)
         for key, field in (("runtime", "config_runtime"), ("runtime_spread", "config_runtime_spread")):
             stored = getattr(g, field)
             assert (cols[key] is None and stored is None) or np.array_equal(cols[key], stored), (gid, key)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_tile_batches_read_each_graph_once_and_equal_read_configs(ds, split, monkeypatch):
+    """Tile graphs share configs row groups: ConfigBatches reads a graph's configs once (into its LRU
+    entry) and slices them per batch; every batch equals read_configs of its rows."""
+    calls = []
+    real = ds.read_configs
+
+    def counting(graph_id, rows, columns=None):
+        calls.append(graph_id)
+        return real(graph_id, rows, columns)
+
+    monkeypatch.setattr(ds, "read_configs", counting)
+    batches = ConfigBatches(ds, "tile:xla", split=split, k=4, batches_per_graph=3, seed=5)
+    got = list(batches)
+    assert got and sorted(calls) == sorted(set(calls)) == sorted({b.graph_id for b in got})
+    monkeypatch.setattr(ds, "read_configs", real)
+    for b in got:
+        want = ds.read_configs(b.graph_id, b.sample.rows)
+        for field in vars(want):
+            x, y = getattr(b.sample, field), getattr(want, field)
+            assert (x is None and y is None) or np.array_equal(x, y), field
+        assert b.sample.config_feat.flags.writeable

@@ -404,10 +404,9 @@ def test_a_filter_that_matches_nothing_names_itself_and_what_exists(tree, tmp_pa
 
 
 @pytest.mark.parametrize("command", ["build", "verify"])
-def test_credentials_in_a_url_never_reach_the_log_or_the_terminal(tmp_path, clean, command):
+def test_credentials_in_a_url_never_reach_the_log_or_the_terminal(tmp_path, command):
     """A URL may carry credentials (s3://KEY:SECRET@bucket/...): the --log-file line that records the
     command, and the one error line, show the URL without them."""
-    src, _ = clean
     log_file = tmp_path / "run.log"
     url = "s3x://AKIDEXAMPLE:wJalrXUtnFEMI-SECRET@bucket/npz"
     args = (["build", "--src", url, "--dst", str(tmp_path / "out")] if command == "build"

@@ -20,6 +20,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -52,12 +53,22 @@ class ConfigBatch:
 @dataclass
 class _Cached:
     """One LRU entry: a graph's structure, its derived per-config columns (layout, else None), its
-    (c_u,) int64 runtimes (None on test, or for tile when the strategy needs none) and c_u."""
+    (c_u,) int64 runtimes (None on test, or for tile when the strategy needs none), c_u, and for tile
+    every config of the graph (a tile graph's configs share row groups with other graphs: reading the
+    graph's rows once and slicing them is ~3.5× cheaper per batch than filtering a row group again)."""
 
     structure: GraphRecord
     columns: dict[str, np.ndarray | None] | None
     runtimes: np.ndarray | None
     count: int
+    configs: ConfigSample | None = None  # tile: all of the graph's (few, small) configs, read once
+
+    @cached_property
+    def nbytes(self) -> int:
+        """Bytes of the NumPy arrays this entry holds (structure, columns, runtimes, configs)."""
+        parts = [*vars(self.structure).values(), *(self.columns or {}).values(), self.runtimes,
+                 *(vars(self.configs).values() if self.configs is not None else ())]
+        return sum(a.nbytes for a in parts if isinstance(a, np.ndarray))
 
 
 def epoch_plan(num_graphs: int, quotas: np.ndarray, seed: int, epoch: int) -> np.ndarray:
@@ -93,13 +104,15 @@ class ConfigBatches:
     ``strategy``: "uniform", "stratified" or "pairs" (``sampling.strategies``; only "uniform" on the
     test split, which has no runtimes); ``batches_per_graph``: an int ≥ 1, or "sqrt" for
     ``sqrt_quotas`` (∝ √ of each graph's unique configs); ``graph_ids``: a subset of the collection's
-    split (default: all of it, sorted); ``structures``: how many graph structures the LRU keeps.
+    split (default: all of it, sorted); ``structures``: how many graph structures the LRU keeps, and
+    ``cache_bytes``: how many bytes of arrays they may hold together (the most recent entry is always
+    kept; a tile entry holds all of its graph's configs too).
     Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this rank's share."""
 
     def __init__(self, ds: Dataset, collection: str, split: str = "train", k: int = 64,
                  strategy: str = "uniform", seed: int = 0, rank: int = 0, world_size: int = 1,
                  graph_ids: Sequence[str] | None = None, batches_per_graph: int | str = 1,
-                 structures: int = 32):
+                 structures: int = 32, cache_bytes: int = 256 << 20):
         if collection not in ds.collections:
             raise KeyError(f"no collection {collection!r} in {ds.root} (it has {', '.join(ds.collections)})")
         if split not in ds.splits(collection):
@@ -120,6 +133,8 @@ class ConfigBatches:
             raise ValueError(f"seed must be an int ≥ 0, got {seed!r}")
         if not isinstance(structures, int) or structures < 1:
             raise ValueError(f"structures must be an int ≥ 1, got {structures!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be an int ≥ 0, got {cache_bytes!r}")
         listed = ds.graph_ids(collection, split)
         self.graph_ids = list(listed if graph_ids is None else graph_ids)
         foreign = sorted(set(self.graph_ids) - set(listed))
@@ -130,10 +145,12 @@ class ConfigBatches:
         self.ds, self.collection, self.split, self.k = ds, collection, split, k
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
+        self.cache_bytes = cache_bytes
         self.worker, self.num_workers = 0, 1
         self.epoch, self._start, self._position = 0, 0, 0
         self._quotas: np.ndarray | None = None
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cached_bytes = 0
 
     # -- the plan -------------------------------------------------------------------------------
     def quotas(self) -> np.ndarray:
@@ -197,8 +214,9 @@ class ConfigBatches:
         needs_runtimes, choose = STRATEGIES[self.strategy]
         rows = choose(cached.runtimes if needs_runtimes else cached.count, self.k,
                       item_rng(self.seed, epoch, graph_id, b))
-        return ConfigBatch(graph_id, self.collection, self.split, cached.structure,
-                           self.ds.read_configs(graph_id, rows, cached.columns), epoch, 0)
+        sample = (cached.configs.take(rows) if cached.configs is not None
+                  else self.ds.read_configs(graph_id, rows, cached.columns))
+        return ConfigBatch(graph_id, self.collection, self.split, cached.structure, sample, epoch, 0)
 
     def _structure(self, graph_id: str) -> _Cached:
         """What a graph's batches need, through the LRU of ``structures`` entries."""
@@ -209,21 +227,27 @@ class ConfigBatches:
         if structure.kind == "layout":  # small per-config columns from the structure: samples read codes only
             columns = unique_config_columns(structure)
             runtimes = columns["runtime"]
+            configs = None
         else:
             columns = None
-            runtimes = self.ds.config_runtimes(graph_id) if STRATEGIES[self.strategy][0] else None
+            configs = self.ds.read_configs(graph_id, np.arange(structure.num_unique_configs))
+            runtimes = configs.config_runtime if STRATEGIES[self.strategy][0] else None
             if runtimes is not None:
+                runtimes = runtimes.copy()
                 runtimes.flags.writeable = False
-        self._cache[graph_id] = _Cached(structure, columns, runtimes, structure.num_unique_configs)
-        while len(self._cache) > self.structures:
-            self._cache.popitem(last=False)
-        return self._cache[graph_id]
+        entry = _Cached(structure, columns, runtimes, structure.num_unique_configs, configs)
+        self._cache[graph_id] = entry
+        self._cached_bytes += entry.nbytes
+        while len(self._cache) > 1 and (len(self._cache) > self.structures
+                                        or self._cached_bytes > self.cache_bytes):
+            self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
+        return entry
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its folder
         and is opened again; the LRU starts empty."""
         state = dict(vars(self))
-        state["ds"], state["_cache"] = str(self.ds.root), OrderedDict()
+        state["ds"], state["_cache"], state["_cached_bytes"] = str(self.ds.root), OrderedDict(), 0
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import re
 import stat
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -194,6 +194,15 @@ class ConfigSample:
     node_config_feat: np.ndarray | None = None
     config_feat: np.ndarray | None = None
     config_runtime_normalizers: np.ndarray | None = None
+
+    def take(self, positions: np.ndarray) -> ConfigSample:
+        """The entries at ``positions`` ((k,) ints into this sample's arrays) as a new sample of fresh
+        arrays; for a sample of all of a graph's rows in order (``read_configs(g, arange(c_u))``)
+        positions are rows, so ``full.take(rows)`` equals ``read_configs(g, rows)``."""
+        positions = np.asarray(positions, np.int64)
+        picked = {f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[positions]
+                  for f in fields(self) if f.name != "graph_id"}
+        return ConfigSample(graph_id=self.graph_id, **picked)
 
 
 class _RowOutOfRange(Exception):

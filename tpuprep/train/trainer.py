@@ -142,7 +142,8 @@ def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainCon
         if ids:
             samplers.append(ConfigBatches(ds, collection, split=split, k=cfg.batch_configs,
                                           strategy="uniform", seed=cfg.seed, graph_ids=ids,
-                                          batches_per_graph=cfg.batches_per_graph))
+                                          batches_per_graph=cfg.batches_per_graph,
+                                          structures=len(ids)))  # bounded by cache_bytes instead
     return samplers[0] if len(samplers) == 1 else Interleaved(samplers, cfg.seed)
 
 
