@@ -149,3 +149,12 @@ def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
     assert res["old_load_graph_s"] > 0 and res["config_batches_s"] > 0 and res["speedup"] > 0
     assert res["speedup_cpu"] > 0 and res["first_epoch_speedup_wall"] > 0
     assert len(res["epochs_old_wall_cpu_s"]) == len(res["epochs_config_batches_wall_cpu_s"]) == 2
+
+
+def test_tile_epochs_benchmark_runs(synth_shards):
+    """benchmarks.tile_epochs: one line per epoch, every epoch the same number of batches and configs."""
+    proc = run_module("benchmarks.tile_epochs", str(synth_shards), "--epochs", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"]
+    assert len({line.split(", CPU")[0].split(": ", 1)[1] for line in lines}) == 1
