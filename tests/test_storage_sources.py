@@ -284,3 +284,31 @@ def test_a_dask_build_from_a_tar_in_a_bucket(bucket, npz_all, tree, tmp_path):
     build(tree, tmp_path / "ref", collections=["tile"], splits=["train"])
     assert not report.quarantined
     assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
+
+
+def test_a_run_file_builds_from_a_tar_in_a_bucket_to_a_bucket(bucket, npz_all, tree_shards, tmp_path):
+    """The shape of pipelines/full-tpugraphs-cluster.toml: the official archive in a bucket, shards
+    written to a bucket, through `tpuprep run`; the shards equal a local build of the extracted tree,
+    and open_dataset reads them back from the bucket."""
+    import fsspec
+
+    import tpuprep
+
+    src = _upload(bucket, npz_all, "official/npz_all.tar")
+    dst = f"{bucket}/shards/v1"
+    run_file = tmp_path / "cluster.toml"
+    run_file.write_text(f'name = "archive-to-bucket"\nsrc = "{src}"\ndst = "{dst}"\n[cluster]\ntype = "serial"\n')
+    result = CliRunner().invoke(main, ["run", str(run_file), "-q"])
+    assert result.exit_code == 0, result.output
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    root = dst.removeprefix("s3://")
+    remote = {p[len(root) + 1:]: hashlib.sha256(fs.cat_file(p)).hexdigest()
+              for p in sorted(fs.find(root)) if p.endswith(".parquet")}
+    assert remote == _shards(tree_shards)
+    manifest = json.loads(fs.cat_file(f"{root}/manifest.json"))
+    assert {e["archive"] for e in manifest["inputs"]} == {"npz_all.tar"}
+    ds = tpuprep.open_dataset(dst)
+    local = tpuprep.open_dataset(tree_shards)
+    assert ds.graph_ids() == local.graph_ids()
+    gid = local.graph_ids("layout:xla:random")[0]
+    assert ds.sample_configs(gid, 4, seed=1).rows.tolist() == local.sample_configs(gid, 4, seed=1).rows.tolist()
