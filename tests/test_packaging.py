@@ -43,15 +43,20 @@ def test_readme_stands_alone():
     assert not missing, f"README.md names files that do not exist: {missing}"
 
 
-def test_built_metadata_carries_licence_and_urls(tmp_path):
-    """setuptools itself turns pyproject.toml into the METADATA a wheel ships (License-File, Project-URL)."""
-    src = tmp_path / "src"
+def _source_tree(src: Path) -> Path:
+    """What an sdist holds, copied to ``src``: pyproject.toml, README, LICENSE, schemas/, tpuprep/."""
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "schemas", src / "schemas")
     shutil.copytree(REPO / "tpuprep", src / "tpuprep", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def test_built_metadata_carries_licence_and_urls(tmp_path):
+    """setuptools itself turns pyproject.toml into the METADATA a wheel ships (License-File, Project-URL)."""
+    src = _source_tree(tmp_path / "src")
     (tmp_path / "meta").mkdir()
     code = ("from setuptools import build_meta as b; import sys; "
             "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))")
@@ -70,13 +75,7 @@ def test_built_metadata_carries_licence_and_urls(tmp_path):
 def test_the_wheel_ships_every_data_file_the_package_reads(tmp_path):
     """A regular (non-editable) install must carry the schemas and the synth profiles: tpuprep reads
     them with importlib.resources at run time."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "schemas", src / "schemas")
-    shutil.copytree(REPO / "tpuprep", src / "tpuprep", symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    src = _source_tree(tmp_path / "src")
     code = "from setuptools import build_meta as b; import sys; print(b.build_wheel(sys.argv[1]))"
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src,
                          capture_output=True, text=True, timeout=300)
