@@ -312,3 +312,23 @@ def test_a_run_file_builds_from_a_tar_in_a_bucket_to_a_bucket(bucket, npz_all, t
     assert ds.graph_ids() == local.graph_ids()
     gid = local.graph_ids("layout:xla:random")[0]
     assert ds.sample_configs(gid, 4, seed=1).rows.tolist() == local.sample_configs(gid, 4, seed=1).rows.tolist()
+
+
+def test_a_flat_folder_in_a_bucket_builds_with_collection_and_split(bucket, tree, tmp_path):
+    """--collection/--split work for a flat folder of npz objects in a bucket as for a local one;
+    an object in a deeper prefix is refused as lying in a subfolder."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    files = _npz(tree, "tile/xla/train")[:3]
+    for f in files:
+        shutil.copy(f, flat / f.name)
+    (flat / "deeper").mkdir()
+    shutil.copy(files[0], flat / "deeper" / "extra.npz")
+    url = _upload(bucket, flat, "flat")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", "--src", url, "--dst", str(out), "-q",
+                                       "--collection", "tile:xla", "--split", "valid"])
+    assert result.exit_code == 3, result.output  # the deeper object is quarantined, the rest built
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["collections"]["tile:xla"]["splits"]["valid"]["graphs"] == 3
+    assert [q["error"].split(";")[0] for q in manifest["quarantine"]] == ["lies in a subfolder of --src"]

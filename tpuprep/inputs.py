@@ -357,8 +357,8 @@ def discover(
 
     Without ``collection``/``split``, each file's collection and split come from its path in a TpuGraphs
     tree, filtered by ``collections``/``splits``. With them (both, see ``check_assignment``), ``src`` is
-    a plain local file or a flat folder: its ``.npz`` files (those directly in it; one in a subfolder or
-    an archive is refused) belong to that collection and split, and their ``relpath`` is the one they
+    a plain local file or a flat folder, local or in a store: its ``.npz`` files (those directly in it;
+    one in a subfolder or an archive is refused) belong to that collection and split, and their ``relpath`` is the one they
     would have in the tree. UsageError when ``src`` is a tree after all (its paths already say them).
     """
     check_assignment(collection, split, collections, splits)
@@ -390,7 +390,8 @@ def _discover_assigned(src: str | Path, collection: str, split: str, storage_opt
 
     def place(e: _Entry, top: bool) -> Place | BadInput:
         if not top:
-            where = "is a member of an archive" if e.origin is not None else "lies in a subfolder"
+            member = e.origin is not None and e.origin.member is not None
+            where = "is a member of an archive" if member else "lies in a subfolder"
             return BadInput(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
                             "files directly in --src are read")
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
@@ -405,13 +406,16 @@ Place = tuple[str, str, str, str]
 def _collect(src: str | Path, storage_options: dict | None,
              place: Callable[[_Entry, bool], Place | BadInput | None]) -> tuple[list[InputFile], list[BadInput]]:
     """The inputs of ``src`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
-    where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a plain
-    local file that is ``src`` itself or lies directly in it."""
+    where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a file or
+    object (not an archive member) that is ``src`` itself or lies directly in it."""
     entries, refused = list_source(src, storage_options)
-    root = Path(resolve(src).root).resolve() if scheme_of(src) in (None, "file") else None
+    if scheme_of(src) in (None, "file"):
+        root = Path(resolve(src).root).resolve().parts
+    else:
+        root = tuple(resolve(src, storage_options, what="--src").root.split("/"))
     found: list[InputFile] = []
     for e in entries:
-        top = root is not None and e.origin is None and Path(e.path) in (root, root / e.parts[-1])
+        top = (e.origin is None or e.origin.member is None) and root in (e.parts, e.parts[:-1])
         where = place(e, top)
         if where is None:
             continue
