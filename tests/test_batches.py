@@ -318,7 +318,7 @@ def test_the_lru_is_bounded_in_bytes_too(ds, collection):
     sizes = sorted(e.nbytes for e in roomy._cache.values())
     assert len(sizes) == len(roomy.graph_ids) and sizes[0] > 0
     assert roomy._cached_bytes == sum(sizes)
-    cap = sizes[-1]  # room for the largest entry alone
+    cap = sizes[0]  # less than two entries can hold (entries are smaller here: no configs decoded)
     tight = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000, cache_bytes=cap)
     held = []
     for _ in tight:
@@ -390,3 +390,28 @@ def test_tile_batches_read_each_graph_once_and_equal_read_configs(ds, split, mon
             x, y = getattr(b.sample, field), getattr(want, field)
             assert (x is None and y is None) or np.array_equal(x, y), field
         assert b.sample.config_feat.flags.writeable
+
+
+def test_small_layout_graphs_are_decoded_once_large_ones_read_per_batch(ds, monkeypatch):
+    """A layout graph whose decoded configs fit in cache_bytes / 8 is read once and sliced; with a cache
+    too small for that, every batch reads its own rows. Both give the same batches."""
+    calls = []
+    real = ds.read_configs
+
+    def counting(graph_id, rows, columns=None):
+        calls.append((graph_id, len(rows)))
+        return real(graph_id, rows, columns)
+
+    monkeypatch.setattr(ds, "read_configs", counting)
+    cached = list(ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=3, seed=2))
+    counts = {gid: ds.num_unique_configs(gid) for gid in {b.graph_id for b in cached}}
+    assert sorted(calls) == sorted(counts.items())  # one whole-graph read per graph
+    calls.clear()
+    streamed = list(ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=3, seed=2, cache_bytes=1))
+    assert len(calls) == len(streamed) and all(n == 4 for _, n in calls)  # one 4-row read per batch
+    assert [_key(b) for b in cached] == [_key(b) for b in streamed]
+    for a, b in zip(cached, streamed, strict=True):
+        for field in vars(a.sample):
+            x, y = getattr(a.sample, field), getattr(b.sample, field)
+            assert (x is None and y is None) or np.array_equal(x, y), field
+        assert a.sample.node_config_feat.flags.writeable

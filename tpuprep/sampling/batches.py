@@ -61,7 +61,7 @@ class _Cached:
     columns: dict[str, np.ndarray | None] | None
     runtimes: np.ndarray | None
     count: int
-    configs: ConfigSample | None = None  # tile: all of the graph's (few, small) configs, read once
+    configs: ConfigSample | None = None  # all of the graph's configs, read once (tile; small layout graphs)
 
     @cached_property
     def nbytes(self) -> int:
@@ -106,7 +106,9 @@ class ConfigBatches:
     ``sqrt_quotas`` (∝ √ of each graph's unique configs); ``graph_ids``: a subset of the collection's
     split (default: all of it, sorted); ``structures``: how many graph structures the LRU keeps, and
     ``cache_bytes``: how many bytes of arrays they may hold together (the most recent entry is always
-    kept; a tile entry holds all of its graph's configs too).
+    kept). A tile graph's entry holds all of its configs, read once and sliced per batch, and so does a
+    layout graph's whose decoded configs take at most ``cache_bytes / 8``; larger graphs are read per
+    batch, only the row groups holding its k rows.
     Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this rank's share."""
 
     def __init__(self, ds: Dataset, collection: str, split: str = "train", k: int = 64,
@@ -227,7 +229,11 @@ class ConfigBatches:
         if structure.kind == "layout":  # small per-config columns from the structure: samples read codes only
             columns = unique_config_columns(structure)
             runtimes = columns["runtime"]
-            configs = None
+            decoded = structure.num_unique_configs * len(structure.node_config_ids) * 18  # int8 bytes
+            # a small graph (≤ 1/8 of the cache) is decoded once and sliced per batch: its 64 rows would
+            # touch most of its row groups anyway; a large one is read per batch, 64 configs at a time
+            configs = (self.ds.read_configs(graph_id, np.arange(structure.num_unique_configs), columns)
+                       if decoded <= self.cache_bytes // 8 else None)
         else:
             columns = None
             configs = self.ds.read_configs(graph_id, np.arange(structure.num_unique_configs))
