@@ -2,7 +2,7 @@
 built, verified, opened and trained on, each step in its own measured process.
 
 ``python -m benchmarks.scale --work DIR [--profile full] [--fraction 0.25] [--seed 0]
-[--skip floor,build,dask,verify,open,train] [--train-budget 120] [--json F]``
+[--skip generate,floor,build,dask,verify,open,train] [--train-budget 120] [--json F]``
 
 Steps (each a separate process; wall time, the exact peak RSS of the largest process it started, and
 each process's own peak RSS sampled every 0.2 s — ``measure.py``):
@@ -42,7 +42,10 @@ from .__main__ import machine, tpuprep_cmd
 from .dask_cluster import LocalDaskCluster
 from .measure import measure
 
-STEPS = ("floor", "build", "dask", "verify", "open", "train")
+STEPS = ("generate", "floor", "build", "dask", "verify", "open", "train")
+"""Steps ``--skip`` may leave out. Skipping ``generate`` uses ``DIR/corpus`` as found (a corpus made by
+an earlier checkout whose generator code differs only in form: the synthesiser's journal would otherwise
+regenerate it; its per-file sha256 stays in the journal)."""
 TRAIN_COLLECTION = "layout:xla:random"
 REAL_CONFIG_BYTES = 400e9
 """≈ inflated node_config_feat of the real TpuGraphs train + valid (TPUGRAPHS.md §1)."""
@@ -251,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"machine": machine(), "command": " ".join(["python -m benchmarks.scale", *(argv or sys.argv[1:])]),
                  "profile": args.profile, "fraction": args.fraction, "seed": args.seed}
 
-    generate(res, corpus, args.profile, args.fraction, args.seed)
+    if "generate" not in skip:
+        generate(res, corpus, args.profile, args.fraction, args.seed)
+    elif not (corpus / "npz").is_dir():
+        ap.error(f"--skip generate needs an existing corpus in {corpus}/npz")
     stats = corpus_stats(corpus / "npz")
     files = sum(r["files"] for r in stats.values())
     res["corpus"] = {"files": files, "collections": stats, "disk_bytes": du_bytes(corpus),

@@ -98,6 +98,12 @@ def test_scale_rehearsal_runs_every_step_on_a_fraction_of_tiny(tmp_path):
     workers = [p for p in res["build"]["processes"] if p["role"] == "worker"]
     assert len(workers) == 2 and all(p["peak_rss_mb"] > 50 for p in workers)
     assert res["build"]["files_per_s"] > 0 and res["build"]["cpu_s"] > 0
+    again = run_module("benchmarks.scale", "--work", str(work), "--profile", "tiny", "--fraction", "0.5",
+                       "--skip", "generate,floor,dask,verify,open,train", "--json", str(tmp_path / "again.json"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    again_res = json.loads((tmp_path / "again.json").read_text())  # the corpus used as found: nothing generated, build re-run
+    assert "generate" not in again_res and again_res["corpus"]["files"] == 16
+    assert again_res["build"]["wall_s"] > 0
     assert res["dask"]["identical_to_build"] and res["dask"]["peak_worker_rss_mb"] > 50
     assert res["dask"]["cpu_s"] > res["dask"]["client_cpu_s"]  # the workers' CPU time is counted
     assert not (work / "shards-dask").exists()
