@@ -380,11 +380,14 @@ def discover(
 def _discover_assigned(src: str | Path, collection: str, split: str, storage_options: dict | None
                        ) -> tuple[list[InputFile], list[BadInput]]:
     """``discover`` for a plain file or flat folder whose files are all ``collection``/``split``."""
-    placed, _ = discover(src, storage_options=storage_options)
-    if placed:
-        inp = placed[0]
-        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {inp.relpath} already says "
-                         f"{inp.collection} {inp.split}; drop --collection/--split (they are for a file or "
+    listing = list_source(src, storage_options)
+    for e in listing[0]:
+        try:
+            _, in_coll, in_split, relpath = classify(e.parts)
+        except ValueError:
+            continue
+        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {relpath} already says "
+                         f"{in_coll} {in_split}; drop --collection/--split (they are for a file or "
                          "folder outside a tree)")
     kind, folder = collection_kind(collection), f"{collection_path(collection)}/{split}"
 
@@ -396,7 +399,7 @@ def _discover_assigned(src: str | Path, collection: str, split: str, storage_opt
                             "files directly in --src are read")
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
-    return _collect(src, storage_options, place)
+    return _collect(src, storage_options, place, listing)
 
 
 Place = tuple[str, str, str, str]
@@ -404,11 +407,14 @@ Place = tuple[str, str, str, str]
 
 
 def _collect(src: str | Path, storage_options: dict | None,
-             place: Callable[[_Entry, bool], Place | BadInput | None]) -> tuple[list[InputFile], list[BadInput]]:
+             place: Callable[[_Entry, bool], Place | BadInput | None],
+             listing: tuple[list[_Entry], list[BadInput]] | None = None) -> tuple[list[InputFile], list[BadInput]]:
     """The inputs of ``src`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
     where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a file or
-    object (not an archive member) that is ``src`` itself or lies directly in it."""
-    entries, refused = list_source(src, storage_options)
+    object (not an archive member) that is ``src`` itself or lies directly in it. ``listing``: what
+    ``list_source`` already returned for ``src`` (so a source is listed once)."""
+    entries, refused = listing if listing is not None else list_source(src, storage_options)
+    refused = list(refused)
     if scheme_of(src) in (None, "file"):
         root = Path(resolve(src).root).resolve().parts
     else:
