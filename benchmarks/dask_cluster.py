@@ -97,14 +97,21 @@ class LocalDaskCluster:
         return total / tick
 
     def __exit__(self, *exc: object) -> None:
-        for proc in reversed(self._procs):  # workers first, then the scheduler
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self._procs):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            proc.log.close()
+        stop_sessions(self._procs)
+
+
+def stop_sessions(procs: list[subprocess.Popen]) -> None:
+    """Stop processes started each in a session of its own (``start_new_session``), last started first
+    (workers before their scheduler): SIGTERM to each session, SIGKILL after 15 s; then close each
+    process's ``log`` file."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    for proc in reversed(procs):
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.log.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.dask_cluster import stop_sessions
 from tpuprep.build import build
 from tpuprep.errors import FatalError, UsageError
 from tpuprep.io.storage import resolve
@@ -278,16 +279,7 @@ def s3_cluster(tmp_path_factory, s3_endpoint) -> Iterator[str]:
             assert len(set(cwds.values())) == 2  # every worker in a folder of its own
         yield json.loads(scheduler_file.read_text())["address"]
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            proc.log.close()
+        stop_sessions(procs)
 
 
 def test_dask_workers_write_their_parts_straight_to_the_bucket(bucket, s3_cluster, tiny_src, reference,
