@@ -20,6 +20,7 @@ import distributed
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.dask_cluster import stop_sessions
 from tpuprep.build import build
 from tpuprep.cli import main
 from tpuprep.runners.local import ProcessRunner, WorkersLost
@@ -126,16 +127,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
     finally:
         if client is not None:
             client.close()
-        for proc in reversed(procs):  # workers first, then the scheduler
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(procs):
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            proc.log.close()
+        stop_sessions(procs)  # workers first, then the scheduler
 
 
 # ---------------------------------------------------------------------------- worker preparation
