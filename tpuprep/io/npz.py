@@ -71,7 +71,7 @@ class _MemberStream:
         self._crc = 0
         self._produced = 0
         self._pending = b""
-        self._decomp = None if self._stored else inflate.raw_decompressor()
+        self._decomp = None if self._stored else inflate.raw_inflater()
 
     def _fail(self, what: str) -> BadInput:
         return BadInput(self._path, self._key, what)
@@ -81,33 +81,38 @@ class _MemberStream:
         if self._pending:
             out, self._pending = self._pending[:limit], self._pending[limit:]
             return out
-        while True:
-            if self._decomp is not None and self._decomp.unconsumed_tail:
-                data = self._decomp.unconsumed_tail
-            else:
-                if self._decomp is not None:
-                    # some backends (isal) hold inflated output back instead of input: drain it first
-                    out = self._inflate(b"", limit)
-                    if out:
-                        return out
-                if self._remaining_in <= 0:
-                    return b""
-                self._fh.seek(self._pos_in)
-                data = self._fh.read(min(_READ_BLOCK, self._remaining_in))
+        if self._stored:
+            data = self._read_input()
+            return data[:limit] if len(data) <= limit else self._keep(data, limit)
+        starved = False  # an empty step without new input: the inflater needs input after all
+        while not self._decomp.eof:
+            data = b""
+            if self._decomp.needs_input or starved:
+                data = self._read_input()
                 if not data:
-                    raise self._fail("file is truncated inside this member")
-                self._pos_in += len(data)
-                self._remaining_in -= len(data)
-                if self._stored:
-                    return data[:limit] if len(data) <= limit else self._keep(data, limit)
+                    return b""
             out = self._inflate(data, limit)
             if out:
                 return out
+            starved = not data
+        return b""
+
+    def _read_input(self) -> bytes:
+        """The next block of the member's compressed bytes (b"" after its last)."""
+        if self._remaining_in <= 0:
+            return b""
+        self._fh.seek(self._pos_in)
+        data = self._fh.read(min(_READ_BLOCK, self._remaining_in))
+        if not data:
+            raise self._fail("file is truncated inside this member")
+        self._pos_in += len(data)
+        self._remaining_in -= len(data)
+        return data
 
     def _inflate(self, data: bytes, limit: int) -> bytes:
         try:
             return self._decomp.decompress(data, limit)
-        except Exception as exc:  # zlib.error and the faster backends' equivalents
+        except Exception as exc:  # zlib.error, isal's IsalError and the others' equivalents
             raise self._fail(f"corrupt DEFLATE data ({exc})") from None
 
     def _keep(self, data: bytes, limit: int) -> bytes:
