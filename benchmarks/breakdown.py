@@ -10,7 +10,7 @@ load on the machine does not inflate the figures. Start-up (imports, loading the
 first build of a 6-file tiny tree) is measured apart (``startup_cpu_s``), so the profile is the
 steady state. Each
 function's own time (tottime) is put in one bucket (``BUCKETS``: inflate, CRC-32, sha256, file reads,
-the npz stream's Python layer, value check + base-7 packing, dedup hashing, prune/repad, Parquet +
+the npz stream's Python layer, value check + base-7 packing + hashing, dedup, prune/repad, Parquet +
 zstd writes, other Arrow work, JSON, Numba kernel loading, imports, everything else); the phases
 ``process_batch`` (convert + write parts) and ``merge_task`` are given by their cumulative time.
 """
@@ -28,13 +28,13 @@ from pathlib import Path
 from .measure import measure
 
 BUCKETS: list[tuple[str, tuple[str, ...]]] = [
-    ("inflate", ("'decompress' of 'isal_zlib", "'decompress' of 'zlib")),
+    ("inflate", ("'decompress' of 'igzip_lib", "'decompress' of 'isal_zlib", "'decompress' of 'zlib")),
     ("CRC-32", ("crc32",)),
     ("sha256 of the input", ("_hashlib.HASH",)),
     ("file reads", ("'read' of '_io.", "'readinto' of '_io.")),
     ("npz stream (Python layer, copies)", ("tpuprep/io/npz.py",)),
-    ("value check + base-7 pack (Numba)", ("tpuprep/kernels/base7.py",)),
-    ("dedup hash (Numba)", ("tpuprep/kernels/dedup.py",)),
+    ("value check + base-7 pack + row hash + tie check (Numba)", ("tpuprep/kernels/base7.py", ":_pack_rows")),
+    ("dedup + tie-column store (Numba)", ("tpuprep/kernels/dedup.py", ":_add_configs", "tpuprep/kernels/tied.py")),
     ("prune + repad (Numba)", ("tpuprep/kernels/prune.py", "tpuprep/kernels/repad.py")),
     ("Parquet + zstd write", ("pyarrow/parquet", "pyarrow._parquet", "'write_table'", "ParquetWriter")),
     ("Arrow IPC, tables, reads", ("pyarrow",)),

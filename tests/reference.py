@@ -228,6 +228,23 @@ def ref_dedup(rows, runtime=None, normalizer=None) -> RefDedup:
     )
 
 
+def ref_tie(codes) -> np.ndarray:
+    """§2.4 tied configurable nodes with a dict: codes (c_u, nc, 3) → tie (nc,) int32, node j's stored
+    column, equal for nodes whose codes are equal in every config, numbered by first appearance."""
+    codes = np.asarray(codes)
+    seen: dict[bytes, int] = {}
+    return np.array([seen.setdefault(codes[:, j].tobytes(), len(seen)) for j in range(codes.shape[1])],
+                    dtype=np.int32)
+
+
+def ref_stored_columns(tie) -> list[int]:
+    """The first node of each stored column of a tie array, in column order."""
+    first: dict[int, int] = {}
+    for j, t in enumerate(np.asarray(tie).tolist()):
+        first.setdefault(t, j)
+    return [first[t] for t in sorted(first)]
+
+
 def group_size_histogram(group_size) -> dict[int, int]:
     """{group size: number of unique configs with that size}."""
     hist: dict[int, int] = {}

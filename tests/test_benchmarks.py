@@ -139,7 +139,10 @@ def test_build_breakdown_profiles_the_steady_state(synth_root, tmp_path):
     assert buckets["inflate"] > 0 and buckets["Parquet + zstd write"] > 0
     assert res["startup_cpu_s"] > 0 and res["phases"]["process_batch (cumulative)"] > 0
     assert bucket_of(("~", 0, "<method 'decompress' of 'isal_zlib.Decompress' objects>")) == "inflate"
-    assert bucket_of(("/x/tpuprep/kernels/dedup.py", 1, "_add_rows")) == "dedup hash (Numba)"
+    assert bucket_of(("~", 0, "<method 'decompress' of 'igzip_lib.IgzipDecompressor' objects>")) == "inflate"
+    assert bucket_of(("/x/tpuprep/kernels/dedup.py", 1, "_add_rows")) == "dedup + tie-column store (Numba)"
+    assert bucket_of(("/x/tpuprep/kernels/tied.py", 1, "_add_configs")) == "dedup + tie-column store (Numba)"
+    assert bucket_of(("/x/tpuprep/kernels/tied.py", 1, "_pack_rows")).startswith("value check + base-7 pack")
     assert bucket_of(("/x/tpuprep/build.py", 1, "plan_batches")) == OTHER
     sets = choose(synth_root / "npz", 2)
     assert [len(v) for v in sets.values()] == [1, 1, 2]

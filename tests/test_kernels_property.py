@@ -19,11 +19,14 @@ from reference import (
     ref_prune,
     ref_remap_node_splits,
     ref_repad,
+    ref_stored_columns,
+    ref_tie,
 )
 
 from tpuprep.kernels import (
     ConfigValueError,
     Deduplicator,
+    LayoutCollector,
     decode_base7,
     dedup_rows,
     encode_base7,
@@ -359,7 +362,7 @@ def check_same(got, ref):
     np.testing.assert_array_equal(got.first_index, ref.first_index)
     np.testing.assert_array_equal(got.best_index, ref.best_index)
     for name in ("runtime", "normalizer"):
-        g, r = getattr(got, name), getattr(ref, name)
+        g, r = getattr(got, name, None), getattr(ref, name)  # a layout result has no normalizer
         if r is None:
             assert g is None, name
         else:
@@ -422,6 +425,89 @@ def test_layout_dedup_equals_reference(inputs, cuts):
     streamed = d.finish()
     check_same(streamed, ref)
     np.testing.assert_array_equal(streamed.keys, got.keys)
+
+
+@st.composite
+def tied_layout_inputs(draw):
+    """(c, nc, 18) configs whose nodes share tie groups (a node copies its group's values), some ties
+    broken in one late row only, drawn from a small pool of rows (duplicates), with runtimes."""
+    nc = draw(st.integers(1, 7))
+    groups = draw(st.lists(st.integers(0, 2), min_size=nc, max_size=nc))
+    pool_size = draw(st.integers(1, 5))
+    pool = np.array(draw(st.lists(st.integers(-1, 1), min_size=pool_size * 3 * 18, max_size=pool_size * 3 * 18)),
+                    dtype=np.float32).reshape(pool_size, 3, 18)
+    c = draw(st.integers(1, 70))
+    idx = draw(st.lists(st.integers(0, pool_size - 1), min_size=c, max_size=c))
+    values = np.ascontiguousarray(pool[idx][:, groups])
+    for _ in range(draw(st.integers(0, 2))):  # break a tie in one row (often late)
+        row, node, slot = draw(st.integers(0, c - 1)), draw(st.integers(0, nc - 1)), draw(st.integers(0, 17))
+        values[row, node, slot] = 5.0
+    runtime = draw_runtimes(draw, c, draw(st.sampled_from(RUNTIME_MODES)))
+    return values, runtime
+
+
+def collect(values, runtime, cuts, dedup=True):
+    c, nc, _ = values.shape
+    collector = LayoutCollector(c, nc, with_runtime=runtime is not None, dedup=dedup)
+    for lo, hi in chunked(cuts, c):
+        collector.add(values[lo:hi], None if runtime is None else runtime[lo:hi])
+    return collector.finish()
+
+
+@SETTINGS
+@given(tied_layout_inputs(), st.lists(st.integers(0, 10**6), max_size=6), st.sampled_from([np.float32, np.float64, np.int64]))
+def test_layout_collector_equals_reference(inputs, cuts, dtype):
+    """Packing, dedup and the tie columns found while streaming, against the dict references, for any
+    chunking; every slice of the stored and expanded codes."""
+    values, runtime = inputs
+    c, nc, _ = values.shape
+    ref = ref_dedup(values, runtime)
+    got = collect(values.astype(dtype), runtime, cuts)
+    check_same(got, ref)
+    full = got.codes.full()
+    assert full.dtype == np.int32 and full.shape == (len(ref.first_index), nc, 3)
+    np.testing.assert_array_equal(full, ref_encode_base7(ref.unique_rows))
+    np.testing.assert_array_equal(got.codes.tie, ref_tie(full))
+    stored = got.codes.stored()
+    np.testing.assert_array_equal(stored, full[:, ref_stored_columns(got.codes.tie)])
+    assert got.codes.num_columns == stored.shape[1] == len(set(got.codes.tie.tolist()))
+    u = len(ref.first_index)
+    for a, b in [(0, 1), (1, u), (u // 2, u // 2 + 3), (u, u + 5)]:
+        np.testing.assert_array_equal(got.codes.stored(a, b), stored[a:b])
+        np.testing.assert_array_equal(got.codes.full(a, b), full[a:b])
+    # --no-dedup: every row its own config, still in tie columns
+    keep = collect(values, runtime, cuts, dedup=False)
+    np.testing.assert_array_equal(keep.inverse, np.arange(c))
+    np.testing.assert_array_equal(keep.codes.full(), ref_encode_base7(values))
+    np.testing.assert_array_equal(keep.codes.tie, ref_tie(ref_encode_base7(values)))
+    if runtime is not None:
+        np.testing.assert_array_equal(keep.runtime, runtime)
+
+
+@SETTINGS
+@given(st.integers(1, 40), st.integers(1, 5), st.data())
+def test_layout_collector_names_the_first_bad_value(c, nc, data):
+    values = np.zeros((c, nc, 18), np.float32)
+    row, node, slot = data.draw(st.integers(0, c - 1)), data.draw(st.integers(0, nc - 1)), data.draw(st.integers(0, 17))
+    bad = data.draw(st.sampled_from([6.0, -2.0, 0.5, np.nan, np.inf]))
+    values[row, node, slot] = bad
+    collector = LayoutCollector(c, nc, with_runtime=False)
+    with pytest.raises(ConfigValueError) as err:
+        for lo in range(0, c, 7):
+            collector.add(values[lo : lo + 7])
+    assert (err.value.row, err.value.node, err.value.slot) == (row, node, slot)
+    assert ref_first_bad_value(values) == (row, node, slot)
+
+
+def test_layout_collector_memory_follows_the_tie_columns():
+    """50 tied copies of 4 nodes: the unique configs are held in 4 columns, not 200."""
+    rng = np.random.default_rng(0)
+    base = rng.integers(-1, 6, size=(3000, 4, 18)).astype(np.float32)
+    values = np.ascontiguousarray(np.tile(base, (1, 50, 1)))
+    got = collect(values, None, [500, 1700])
+    assert got.codes.num_columns == 4
+    assert got.codes.nbytes < 3000 * 4 * 12 * 1.1
+    np.testing.assert_array_equal(got.codes.full(), ref_encode_base7(values))
 
 
 TILE_VALUES = [0.0, -0.0, 1.0, 2.0, 16.0, 3.5, -1.0, 1e30, 1e-30]

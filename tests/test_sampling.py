@@ -9,12 +9,13 @@ from types import SimpleNamespace
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from reference import ref_stored_columns
 
 import tpuprep
 from tpuprep.build import build
 from tpuprep.shards import reader as reader_module
 from tpuprep.shards import writer as writer_module
-from tpuprep.shards.writer import quality_counts, stored_columns, tie_nodes
+from tpuprep.shards.writer import quality_counts
 
 GROUP = 16
 
@@ -180,30 +181,13 @@ def test_load_graph_without_configs_reads_no_configs_row_group(small_groups, mon
             g.node_config_feat()
 
 
-def test_tie_nodes_is_exact_and_expands_back():
-    rng = np.random.default_rng(0)
-    base = rng.integers(0, 7**6, size=(300, 9, 3), dtype=np.int32)
-    pick = np.array([0, 1, 0, 2, 3, 1, 4, 5, 6, 2, 7, 8, 0])
-    codes = np.ascontiguousarray(base[:, pick])
-    tie = tie_nodes(codes, key_rows=4, chunk_rows=7)
-    assert tie.tolist() == [0, 1, 0, 2, 3, 1, 4, 5, 6, 2, 7, 8, 0]
-    codes[299, 12] += 1  # equal to node 0 in every probed row but the last: must not be tied
-    tie = tie_nodes(codes, key_rows=4, chunk_rows=7)
-    assert tie.dtype == np.int32 and (tie <= np.arange(len(tie))).all()
-    stored = codes[:, stored_columns(tie)]
-    assert np.array_equal(stored[:, tie], codes)
-    assert tie[12] != tie[0] and tie[2] == tie[0] and tie[5] == tie[1]
-    assert stored.shape[1] == 10
-    assert np.array_equal(tie_nodes(np.zeros((0, 4, 3), np.int32)), np.arange(4))
-
-
 def test_shards_store_each_tied_column_once(synth_shards):
     ds = tpuprep.open_dataset(synth_shards)
     for gid in ds.graph_ids("layout:xla:random"):
         row = ds.graph_row(gid)
         g = ds.load_graph(gid)
         assert row["num_config_columns"] == int(g.config_node_tie.max()) + 1 <= row["num_config_nodes"]
-        firsts = stored_columns(g.config_node_tie)
+        firsts = ref_stored_columns(g.config_node_tie)
         flat = g.config_codes[:, firsts].transpose(1, 0, 2).reshape(len(firsts), -1)
         assert len(np.unique(flat, axis=0)) == len(firsts), f"{gid}: two stored columns are equal"
 

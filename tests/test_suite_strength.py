@@ -4,6 +4,7 @@ an in-process mutant (a monkeypatched function) and must reject it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from pathlib import Path
@@ -112,25 +113,25 @@ def test_the_fuzz_checker_rejects_a_wrong_repad(monkeypatch, kind):
         _convert(data, kind)
 
 
-def test_the_fuzz_checker_rejects_a_wrong_dedup(monkeypatch):
+@pytest.mark.parametrize("kind, collector", [("layout", "LayoutCollector")])
+def test_the_fuzz_checker_rejects_a_wrong_dedup(monkeypatch, kind, collector):
     from test_fuzz import _convert, _savez
 
-    data = _savez(layout_arrays(3))
-    real = tpuprep.kernels.Deduplicator
+    arrays = layout_arrays(3) if kind == "layout" else tile_arrays(3)
+    data = _savez(arrays)
+    real = getattr(tpuprep.kernels, collector)
+    runtimes = np.asarray(arrays["config_runtime"])
 
     class FirstNotMinimum(real):
         def finish(self):  # mutant: keeps the first runtime of each group, not the minimum
             r = super().finish()
-            return r._replace(runtime=None if r.runtime is None else self._first_runtime(r))
+            first = None if r.runtime is None else runtimes[r.first_index]
+            return dataclasses.replace(r, runtime=first) if dataclasses.is_dataclass(r) else r._replace(runtime=first)
 
-        def _first_runtime(self, r):
-            return np.asarray(RUNTIMES)[r.first_index]
-
-    RUNTIMES = layout_arrays(3)["config_runtime"]
-    assert _convert(data, "layout") is not None
-    monkeypatch.setattr(tpuprep.kernels, "Deduplicator", FirstNotMinimum)
+    assert _convert(data, kind) is not None
+    monkeypatch.setattr(tpuprep.kernels, collector, FirstNotMinimum)
     with pytest.raises(AssertionError):
-        _convert(data, "layout")
+        _convert(data, kind)
 
 
 # ---------------------------------------------------------------------------- (a) resume fingerprint

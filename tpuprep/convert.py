@@ -1,8 +1,9 @@
 """Converting one input file: validated arrays in, pruned / re-padded / deduplicated arrays out.
 
 This is the per-file unit of work of a build. It streams ``node_config_feat`` in row chunks of
-about ``chunk_bytes`` inflated bytes, packing each chunk to base-7 codes and feeding the
-deduplicator, so the float32 config array is never held whole.
+about ``chunk_bytes`` inflated bytes into ``kernels.LayoutCollector``, which packs them to base-7
+codes, deduplicates them and keeps each unique config only in its tie columns: neither the float32
+config array nor the (c_u, nc, 3) codes are ever held whole.
 """
 
 from __future__ import annotations
@@ -46,11 +47,18 @@ class ConvertedGraph(ConfigCounts):
     config_runtime: np.ndarray | None  # (c_u,) int64, None on test
     node_config_ids: np.ndarray | None = None  # (nc,) int32, layout
     node_splits: np.ndarray | None = None  # (s,) int32, layout
-    config_codes: np.ndarray | None = None  # (c_u, nc, 3) int32, layout
+    config_columns: kernels.TiedCodes | None = None  # the unique configs' codes in tie columns, layout
     config_feat: np.ndarray | None = None  # (c_u, 24) float32, tile
     config_runtime_normalizers: np.ndarray | None = None  # (c_u,) int64, tile, None on test
     config_runtime_normalizers_original: np.ndarray | None = None  # (c,) int64, tile, None on test
     warnings: tuple[str, ...] = ()
+
+    @property
+    def config_codes(self) -> np.ndarray | None:
+        """(c_u, nc, 3) int32 base-7 codes of every unique config, expanded from ``config_columns`` (a new
+        array each call, as large as the graph's codes: for tests and checks; the writer streams
+        ``config_columns.stored``). None for tile graphs."""
+        return None if self.config_columns is None else self.config_columns.full()
 
     def feature_moments(self) -> dict:
         """Mergeable moments of node_feat[:, :134] (``tpuprep.moments``)."""
@@ -58,22 +66,19 @@ class ConvertedGraph(ConfigCounts):
 
 
 class _KeepAll:
-    """The ``--no-dedup`` stand-in for ``kernels.Deduplicator``: every row is its own config."""
+    """The ``--no-dedup`` stand-in for ``kernels.Deduplicator`` on tile graphs: every row is its own config."""
 
     def __init__(self, num_rows: int, width: int, *, with_runtime: bool, with_normalizer: bool = False):
         self.keys = np.empty((num_rows, width), np.int32)
         self.rt = np.empty(num_rows, np.int64) if with_runtime else None
         self.nz = np.empty(num_rows, np.int64) if with_normalizer else None
-        self.next = 0
 
     def add(self, keys, runtime=None, normalizer=None):
-        k = keys.shape[0]
-        self.keys[self.next : self.next + k] = keys.reshape(k, -1)
+        self.keys[:] = keys
         if self.rt is not None:
-            self.rt[self.next : self.next + k] = runtime
+            self.rt[:] = runtime
         if self.nz is not None:
-            self.nz[self.next : self.next + k] = normalizer
-        self.next += k
+            self.nz[:] = normalizer
 
     def finish(self) -> kernels.DedupResult:
         c = self.keys.shape[0]
@@ -104,29 +109,25 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str, fh: BinaryIO |
             node_feat, anomalous = kernels.repad_node_feat(node_feat, node_opcode)
             anomalies = int(anomalous.sum())
 
-        collector_type = kernels.Deduplicator if opts.dedup else _KeepAll
         c = g.num_configs
         runtime = g.config_runtime if labelled else None
         if inp.kind == "layout":
             nc = g.node_config_ids.shape[0]
-            dedup = collector_type(c, nc * 3, with_runtime=labelled)
+            collector = kernels.LayoutCollector(c, nc, with_runtime=labelled, dedup=opts.dedup)
             member = f.members["node_config_feat"]
             rows = _rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
-            scratch = np.empty(min(rows, c) * nc * 3, np.int32)
             for start, chunk in f.iter_rows("node_config_feat", rows):
                 try:
-                    codes = kernels.pack_chunk(chunk, first_row=start, out=scratch)
+                    collector.add(chunk, None if runtime is None else runtime[start : start + len(chunk)])
                 except kernels.ConfigValueError as exc:
                     raise BadInput(inp.path, "node_config_feat", str(exc)) from None
-                k = codes.shape[0]
-                dedup.add(codes.reshape(k, -1), None if runtime is None else runtime[start : start + k])
-            result = dedup.finish()
-            codes = result.keys.reshape(-1, nc, 3)
+            result = collector.finish()
             extra = dict(node_config_ids=kept.node_config_ids,
                          node_splits=kernels.remap_node_splits(g.node_splits, kept.node_index),
-                         config_codes=codes)
+                         config_columns=result.codes)
         else:
             normalizer = g.config_runtime_normalizers if labelled else None
+            collector_type = kernels.Deduplicator if opts.dedup else _KeepAll
             dedup = collector_type(c, 24, with_runtime=labelled, with_normalizer=labelled)
             dedup.add(kernels.float_keys(g.config_feat), runtime, normalizer)
             result = dedup.finish()

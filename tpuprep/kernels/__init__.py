@@ -4,12 +4,16 @@ from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
 from .repad import repad_node_feat
+from .tied import LayoutCollector, LayoutDedupResult, TiedCodes
 
 __all__ = [
     "ConfigValueError",
     "DedupResult",
     "Deduplicator",
+    "LayoutCollector",
+    "LayoutDedupResult",
     "PrunedGraph",
+    "TiedCodes",
     "decode_base7",
     "dedup_rows",
     "encode_base7",
@@ -37,3 +41,12 @@ def warm() -> None:
     dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64))
     dedup_rows(codes.reshape(2, -1))
     dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64), np.array([1, 1], np.int64))
+    for values in (np.full((2, 2, 18), -1, np.float32), np.full((2, 2, 18), -1, np.float64)):
+        for dedup in (True, False):
+            layout = LayoutCollector(2, 2, with_runtime=dedup, dedup=dedup)
+            layout.add(values[:1], np.array([2], np.int64) if dedup else None)
+            layout.add(values[1:], np.array([1], np.int64) if dedup else None)
+            layout.finish().codes.stored()
+    # a streamed chunk: a read-only view of the inflated bytes
+    chunk = np.frombuffer(np.full(36, -1, np.float32).tobytes(), np.float32).reshape(1, 2, 18)
+    LayoutCollector(1, 2, with_runtime=False).add(chunk)

@@ -35,7 +35,7 @@ TRIM_THRESHOLD = 128 << 20
 def tune_malloc() -> bool:
     """Let glibc reuse freed large blocks instead of unmapping them (Linux/glibc; False elsewhere).
 
-    A conversion allocates and frees arrays of megabytes per 32 MB chunk. glibc normally learns to keep
+    A conversion allocates and frees arrays of megabytes per file and per row group. glibc normally learns to keep
     them (its mmap threshold grows as large blocks are freed), but setting ``MALLOC_TRIM_THRESHOLD_``
     — which Dask's nanny does for every worker (65,536) — turns that learning off: every block over
     128 KB is then mmapped and unmapped again, page-faulting fresh memory each time (measured: 35 %

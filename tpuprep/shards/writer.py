@@ -42,6 +42,8 @@ LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES = 32 << 10
 max(``LAYOUT_CONFIGS_ROW_GROUP_ROWS``, this // (12 · nt)) configs, so a sampled config costs the
 decompression of ≈ 32 KiB of codes whatever the graph (see benchmarks/RESULTS.md for the measurements:
 smaller groups read faster but cost bytes, most on graphs with few stored columns)."""
+LAYOUT_WRITE_SLICE_BYTES = 8 << 20
+"""Stored codes per ``write_table`` call of a layout graph (whole row groups): the writer's working set."""
 NOISY_SPREAD = 0.01
 """A duplicate group is *noisy* when its largest runtime exceeds its smallest by more than this share."""
 
@@ -102,42 +104,6 @@ def _one_row_list(values: np.ndarray | None, dtype: pa.DataType) -> pa.Array:
     return list_column(values, [values.shape[0]], dtype)
 
 
-def tie_nodes(codes: np.ndarray, key_rows: int = 64, chunk_rows: int = 1024) -> np.ndarray:
-    """Configurable nodes tied in every config: codes (c_u, nc, 3) int32 → tie (nc,) int32, where
-    ``tie[j]`` is the stored column that holds node j's codes. Stored columns are numbered in order of
-    first appearance (``tie[j] ≤ j``), so ``codes == codes[:, first][:, tie]`` with ``first`` the first
-    node of each column (``stored_columns``). Exact: nodes are grouped by their codes in ``key_rows``
-    spread rows, the grouping is confirmed on every row in one chunked pass, and if any node fails it,
-    the nodes are grouped again by all their codes."""
-    u, nc = codes.shape[0], codes.shape[1]
-    if u == 0 or nc == 0:
-        return np.arange(nc, dtype=np.int32)
-    probe = np.unique(np.linspace(0, u - 1, min(u, key_rows)).astype(np.int64))
-    tie = _first_appearance(np.ascontiguousarray(codes[probe].transpose(1, 0, 2)).reshape(nc, -1))
-    rep = stored_columns(tie)[tie]
-    ok = np.ones(nc, bool)
-    for start in range(0, u, chunk_rows):
-        chunk = codes[start : start + chunk_rows]
-        differs = (chunk.reshape(len(chunk), -1) != np.take(chunk, rep, axis=1).reshape(len(chunk), -1)).any(0)
-        ok &= ~differs.reshape(nc, 3).any(1)
-    if ok.all():
-        return tie
-    return _first_appearance(np.ascontiguousarray(codes.transpose(1, 0, 2)).reshape(nc, -1))
-
-
-def _first_appearance(rows: np.ndarray) -> np.ndarray:
-    """(nc, w) → (nc,) int32: the number of each row's value among the distinct rows, in order of first
-    appearance (equal rows, equal number; a dict on the bytes, so exact)."""
-    seen: dict[bytes, int] = {}
-    return np.array([seen.setdefault(row.tobytes(), len(seen)) for row in rows], np.int32)
-
-
-def stored_columns(tie: np.ndarray) -> np.ndarray:
-    """The first node of each stored column (nt,) int64 of a ``tie`` array."""
-    _, first = np.unique(tie, return_index=True)
-    return first.astype(np.int64)
-
-
 def group_runtime_spread(g: ConvertedGraph) -> tuple[np.ndarray, np.ndarray] | None:
     """(min, max) (c_u,) int64 of the original runtimes of each unique config's duplicate group, in
     ns; None on the test split (no runtimes)."""
@@ -164,9 +130,8 @@ def quality_counts(g: ConvertedGraph) -> tuple[int, int | None]:
     return duplicates, int(np.count_nonzero(noisy))
 
 
-def graph_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
-    """The one-row ``graphs`` table of a converted graph (layout or tile schema); ``tie``: the layout
-    graph's ``tie_nodes`` (computed if None)."""
+def graph_table(g: ConvertedGraph) -> pa.Table:
+    """The one-row ``graphs`` table of a converted graph (layout or tile schema)."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_graphs").arrow
     inp = g.inp
@@ -185,9 +150,9 @@ def graph_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
         "config_runtime_original": g.config_runtime_original,
     }
     if kind == "layout":
-        tie = tie_nodes(g.config_codes) if tie is None else tie
+        tie = g.config_columns.tie
         scalars["num_config_nodes"] = len(g.node_config_ids)
-        scalars["num_config_columns"] = int(tie.max()) + 1 if len(tie) else 0
+        scalars["num_config_columns"] = g.config_columns.num_columns
         arrays |= {"node_config_ids": g.node_config_ids, "node_splits": g.node_splits, "config_node_tie": tie}
     else:
         arrays["config_runtime_normalizers_original"] = g.config_runtime_normalizers_original
@@ -200,31 +165,34 @@ def graph_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def config_table(g: ConvertedGraph, tie: np.ndarray | None = None) -> pa.Table:
-    """The ``configs`` table of a converted graph: one row per unique config, in config_id order; a
-    layout row's codes hold the graph's stored columns only (``tie``, computed if None)."""
+def config_table(g: ConvertedGraph, start: int = 0, stop: int | None = None,
+                 spread: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+    """The ``configs`` table of a converted graph's unique configs start..stop−1 (default: all), one row
+    per config in config_id order; a layout row's codes hold the graph's stored tie columns only.
+    ``spread``: the graph's ``group_runtime_spread`` if already computed."""
     kind = g.inp.kind
     schema = table_schema(f"{kind}_configs").arrow
-    u = g.num_unique_configs
+    stop = g.num_unique_configs if stop is None else min(stop, g.num_unique_configs)
+    u = max(0, stop - start)
+    part = slice(start, stop)
     columns = {
         "graph_id": repeated_string(g.inp.graph_id, u),
-        "config_id": pa.array(np.arange(u, dtype=np.int32)),
-        "runtime": pa.nulls(u, pa.int64()) if g.config_runtime is None else pa.array(g.config_runtime, pa.int64()),
-        "group_size": pa.array(g.group_size, pa.int32()),
-        "first_index": pa.array(g.first_index, pa.int32()),
+        "config_id": pa.array(np.arange(start, stop, dtype=np.int32)),
+        "runtime": pa.nulls(u, pa.int64()) if g.config_runtime is None else pa.array(g.config_runtime[part], pa.int64()),
+        "group_size": pa.array(g.group_size[part], pa.int32()),
+        "first_index": pa.array(g.first_index[part], pa.int32()),
     }
-    spread = group_runtime_spread(g)
+    spread = group_runtime_spread(g) if spread is None else spread
     columns["runtime_spread"] = (pa.nulls(u, pa.int64()) if spread is None
-                                 else pa.array(spread[1] - spread[0], pa.int64()))
+                                 else pa.array(spread[1][part] - spread[0][part], pa.int64()))
     if kind == "layout":
-        tie = tie_nodes(g.config_codes) if tie is None else tie
-        stored = g.config_codes[:, stored_columns(tie)]
-        columns["codes"] = fixed_width_binary(stored.reshape(u, -1))
+        columns["codes"] = fixed_width_binary(g.config_columns.stored(start, stop).reshape(u, -1))
     else:
         normalizers = g.config_runtime_normalizers
-        columns["normalizer"] = pa.nulls(u, pa.int64()) if normalizers is None else pa.array(normalizers, pa.int64())
+        columns["normalizer"] = (pa.nulls(u, pa.int64()) if normalizers is None
+                                 else pa.array(normalizers[part], pa.int64()))
         columns["config_feat"] = pa.FixedSizeListArray.from_arrays(
-            pa.array(np.ascontiguousarray(g.config_feat).reshape(-1), pa.float32()), 24)
+            pa.array(np.ascontiguousarray(g.config_feat[part]).reshape(-1), pa.float32()), 24)
     return pa.Table.from_arrays([_chunked(columns[f.name]) for f in schema], schema=schema)
 
 
@@ -293,17 +261,29 @@ def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch])
     return size
 
 
-def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], ties: Sequence[np.ndarray | None],
-                         row_group_bytes: int, compression_level: int) -> None:
+def _write_layout_configs(w: pq.ParquetWriter, g: ConvertedGraph, row_group_bytes: int) -> None:
+    """Write a layout graph's configs in slices of whole row groups (≈ ``LAYOUT_WRITE_SLICE_BYTES`` of
+    codes each), so the stored codes are never copied whole; the row groups are those of one
+    ``write_table`` of the whole table."""
+    u = g.num_unique_configs
+    spread = group_runtime_spread(g)
+    probe = config_table(g, 0, min(u, LAYOUT_CONFIGS_ROW_GROUP_ROWS), spread)
+    rows = min(layout_rows_per_group(g.config_columns.num_columns), rows_per_group(probe, row_group_bytes))
+    step = rows * max(1, LAYOUT_WRITE_SLICE_BYTES // max(1, rows * 12 * g.config_columns.num_columns))
+    if u == 0:
+        w.write_table(probe, row_group_size=rows)
+    for start in range(0, u, step):
+        w.write_table(config_table(g, start, start + step, spread), row_group_size=rows)
+
+
+def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
+                         compression_level: int) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
         if kind == "layout":  # row groups never span two graphs
-            for g, tie in zip(graphs, ties, strict=True):
-                t = config_table(g, tie)
-                nt = int(tie.max()) + 1 if len(tie) else 0
-                rows = min(layout_rows_per_group(nt), rows_per_group(t, row_group_bytes))
-                w.write_table(t, row_group_size=rows)
+            for g in graphs:
+                _write_layout_configs(w, g, row_group_bytes)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
@@ -314,9 +294,8 @@ def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_
     """Write the part files of a batch of converted graphs (same kind, collection and split)."""
     kind = graphs[0].inp.kind
     rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
-    ties = [tie_nodes(g.config_codes) if kind == "layout" else None for g in graphs]
-    _write_configs_shard(staging / rel_c, graphs, ties, row_group_bytes, compression_level)
-    batches = (b for g, tie in zip(graphs, ties, strict=True) for b in graph_table(g, tie).to_batches())
+    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
+    batches = (b for g in graphs for b in graph_table(g).to_batches())
     graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
     meta = pq.ParquetFile(staging / rel_c).metadata
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
@@ -489,5 +468,5 @@ def shard_record(info: ShardInfo) -> dict:
 
 __all__ = [
     "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "layout_rows_per_group", "list_column",
-    "merge_parts", "merge_parts_to_store", "plan_shards", "quality_counts", "repeated_string", "shard_record", "stored_columns", "tie_nodes", "write_parts", "write_parts_to_store",
+    "merge_parts", "merge_parts_to_store", "plan_shards", "quality_counts", "repeated_string", "shard_record", "write_parts", "write_parts_to_store",
 ]
