@@ -15,7 +15,7 @@ each process's own peak RSS sampled every 0.2 s — ``measure.py``):
 3. ``build``: ``tpuprep build --workers 2`` into ``DIR/shards``.
 4. ``dask``: ``tpuprep build --scheduler-file`` against a real 2-worker Dask cluster (``dask_cluster.py``)
    into ``DIR/shards-dask``, checked byte-identical to ``build`` and then deleted (disk).
-5. ``verify``: ``tpuprep verify`` of the shards against the corpus.
+5. ``verify``: ``tpuprep verify --workers 2`` of the shards against the corpus.
 6. ``open``: ``open_dataset`` and ``load_graph`` of the largest and two other graphs per collection
    (``open_and_load``; its timings go to ``DIR/open.json``).
 7. ``train``: ``tpuprep train --collection layout:xla:random --time-budget B``.
@@ -284,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     if (shards / "manifest.json").is_file() and "build" in res:
         sizes(res, shards)
         if "verify" not in skip:
-            run_step(res, "verify", tpuprep_cmd("verify", "--src", str(corpus / "npz"), "--dst", str(shards), "-q"),
+            run_step(res, "verify", tpuprep_cmd("verify", "--src", str(corpus / "npz"), "--dst", str(shards), "-q",
+                                                "--workers", "2"),
                      files)
         if "open" not in skip:
             out = work / "open.json"

@@ -548,6 +548,20 @@ def test_verify_rejects_a_tampered_shard(shards, src, check):
     assert not any("shard bytes changed" in p for p in problems), problems  # the semantic check spoke
 
 
+def test_verify_finds_two_unique_layout_configs_with_equal_values(shards, src):
+    """Layout configs are compared by digest in verify (never held whole): a copied row must still be
+    caught as a duplicate unique config, besides the row it no longer reconstructs."""
+    gid = first_graph(shards, GRAPH, "train")
+    _, shard = shard_of(shards, gid, "configs")
+    table = pq.read_table(shard, columns=["graph_id", "codes"])
+    rows = np.flatnonzero(np.array(table.column("graph_id").to_pylist()) == gid)
+    first = table.column("codes")[int(rows[0])].as_py()
+    tamper_cell(shards, gid, "configs", "codes", lambda _: first, row=1)
+    problems = problems_of(src, shards)
+    assert any(gid in p and "unique configs are not pairwise distinct" in p for p in problems), problems
+    assert any(gid in p and "is not reconstructed" in p for p in problems), problems
+
+
 def _stats(key: str, j: int, change: Callable) -> Callable[[dict], None]:
     def edit(m: dict) -> None:
         stats = m["collections"][GRAPH]["node_feat_stats"]

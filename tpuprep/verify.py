@@ -23,12 +23,20 @@ a kernel bug cannot hide behind itself. What is checked:
 - per collection and split: the manifest's totals (sums of the per-input counts, shard bytes) and the
   train ``node_feat_stats`` recomputed from the shards' feature rows.
 
+Layout configs are compared without holding a graph's configs: the shard's unique configs are read in
+blocks (``Dataset.iter_config_blocks``) and each is kept as a 128-bit BLAKE2b digest of its int8 values,
+then every input row (streamed) is digested the same way and compared with its unique config's digest;
+"pairwise distinct" is distinct digests. A false "equal" would need a BLAKE2b collision (≈ 2^-128 per
+pair); memory is O(c) per graph whatever nc, so ``verify`` runs beside a full-size build.
+
 Options that leave no trace in the shards (``chunk_bytes``, ``row_group_bytes``, ``shard_bytes``, the
 zstd level) are checked for type and range only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import itertools
 import os
 import stat
@@ -47,7 +55,6 @@ from .errors import BadInput, BadShards
 from .inputs import InputFile, discover, open_source
 from .io.files import sha256_stream
 from .io.npz import NpzFile
-from .kernels.base7 import decode_base7
 from .shards.layout import MANIFEST
 from .shards.manifest import COUNT_FIELDS, validate_schema
 from .shards.parquet import check_shard_schema, read_row_group, read_row_groups
@@ -203,19 +210,72 @@ def _check_quality(ds: Dataset, g: GraphRecord, runtime: np.ndarray | None, prob
         _check(row.get(name) == value, problems, g.graph_id, f"graphs column {name} is {row.get(name)!r}, expected {value!r}")
 
 
-def _check_dedup(g: GraphRecord, options: dict, problems: list[str]) -> None:
-    """With dedup, the unique configs are pairwise distinct (by value); without it, one config per group."""
+def _check_dedup(g: GraphRecord, options: dict, problems: list[str], digests: list[bytes] | None = None) -> None:
+    """With dedup, the unique configs are pairwise distinct (by value; layout: by ``digests`` of their
+    rows); without it, one config per group."""
     gid = g.graph_id
     if not options["dedup"]:
         _check(g.num_unique_configs == g.num_configs and np.array_equal(g.config_inverse, np.arange(g.num_configs)),
                problems, gid, "options say --no-dedup, but configs were merged")
         return
-    if g.config_codes is not None:
-        flat = g.config_codes.reshape(len(g.config_codes), -1)
-    else:  # by value: -0.0 equals 0.0
-        flat = (np.asarray(g.config_feat, np.float32) + np.float32(0)).view(np.uint32)
+    if digests is not None:
+        _check(len(set(digests)) == len(digests), problems, gid, "unique configs are not pairwise distinct")
+        return
+    flat = (np.asarray(g.config_feat, np.float32) + np.float32(0)).view(np.uint32)  # by value: -0.0 equals 0.0
     distinct = len(np.unique(flat, axis=0)) if len(flat) else 0
     _check(distinct == len(flat), problems, gid, "unique configs are not pairwise distinct")
+
+
+VERIFY_BLOCK_BYTES = 16 << 20
+"""Decoded int8 config values per block read from the shards (and per input chunk) in ``verify``."""
+
+
+def _row_digests(values: np.ndarray) -> list[bytes]:
+    """128-bit BLAKE2b digest of every row of ``values`` (k, ...) int8 (C order)."""
+    rows = np.ascontiguousarray(values, np.int8).reshape(len(values), -1)
+    return [hashlib.blake2b(row, digest_size=16).digest() for row in rows]
+
+
+def _layout_configs(ds: Dataset, g: GraphRecord, problems: list[str]) -> tuple[GraphRecord, list[bytes]] | None:
+    """Read a layout graph's unique configs block by block: (``g`` with its per-unique-config columns
+    filled in, the digest of every unique config's values); None, with a problem, if the shards do not
+    give configs 0..c_u−1 in order."""
+    nc = len(g.node_config_ids)
+    per_block = max(1, VERIFY_BLOCK_BYTES // max(1, nc * 18))
+    digests: list[bytes] = []
+    columns: dict[str, list[np.ndarray]] = {"config_runtime": [], "config_runtime_spread": [], "group_size": [],
+                                            "first_index": []}
+    done = 0
+    for block in ds.iter_config_blocks(g.graph_id, rows_per_block=per_block):
+        if not _check(np.array_equal(block.rows, np.arange(done, done + len(block.rows))), problems, g.graph_id,
+                      "configs rows are not config_id 0..c_u-1 in order"):
+            return None
+        done += len(block.rows)
+        digests += _row_digests(block.node_config_feat)
+        for name, parts in columns.items():
+            parts.append(getattr(block, name))
+    if not done:  # a graph with no configs
+        runtimes = None if g.config_runtime_original is None else np.zeros(0, np.int64)
+        joined = {"config_runtime": runtimes, "config_runtime_spread": runtimes,
+                  "group_size": np.zeros(0, np.int32), "first_index": np.zeros(0, np.int32)}
+    else:
+        joined = {name: None if any(p is None for p in parts) else np.concatenate(parts)
+                  for name, parts in columns.items()}
+    return dataclasses.replace(g, **joined), digests
+
+
+def _check_layout_rows(f: NpzFile, g: GraphRecord, digests: list[bytes], problems: list[str]) -> None:
+    """Every original config row of the input (streamed) has the digest of its unique config."""
+    rows = max(1, VERIFY_BLOCK_BYTES // max(chunk_row_bytes(f), 1))
+    for start, chunk in f.iter_rows("node_config_feat", rows):
+        as_int = chunk.astype(np.int8)
+        valid = ((chunk >= -1) & (chunk <= 5) & (chunk == as_int)).reshape(len(chunk), -1).all(1)
+        want = g.config_inverse[start : start + len(chunk)]
+        same = np.array([bool(ok) and digest == digests[u]
+                         for ok, digest, u in zip(valid, _row_digests(as_int), want.tolist(), strict=True)], bool)
+        if not same.all():
+            problems.append(f"{g.graph_id}: original config row {start + int(np.flatnonzero(~same)[0])} is not reconstructed")
+            return
 
 
 def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, problems: list[str],
@@ -223,7 +283,9 @@ def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, pr
     """Check one graph of ``ds`` (``record``, loaded if None) against its input file ``path`` (appends
     to ``problems``); returns what the input says the graph's counts must be. ``fh``: the input
     already open (``inputs.open_source``: an archive member, a remote object), else ``path`` is opened."""
-    g = ds.load_graph(graph_id) if record is None else record
+    g = ds.load_graph(graph_id, configs=False) if record is None else record
+    if g.kind == "tile" and g.group_size is None:  # tile configs are small: read whole
+        g = ds.load_graph(graph_id)
     gid = graph_id
     layout = g.kind == "layout"
     with NpzFile(path, fh) as f:
@@ -259,22 +321,24 @@ def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, pr
         if not _check(len(g.config_inverse) == len(runtime), problems, gid,
                       f"config_inverse has {len(g.config_inverse)} entries, input has {len(runtime)} configs"):
             return facts
-        _check_dedup(g, options, problems)
         if layout:
             _check(g.node_config_ids.max(initial=-1) < len(g.node_index)
                    and np.array_equal(g.node_index[g.node_config_ids], ids), problems, gid, "node_config_ids differ")
             splits = f.read("node_splits").reshape(-1)
             _check(np.array_equal(g.node_splits, np.searchsorted(g.node_index, splits)), problems, gid, "node_splits differ")
-            decoded = decode_base7(g.config_codes)
-            for start, chunk in f.iter_rows("node_config_feat", max(1, (16 << 20) // max(chunk_row_bytes(f), 1))):
-                rows = decoded[g.config_inverse[start : start + len(chunk)]]
-                if not np.array_equal(rows, chunk):
-                    bad = int(np.flatnonzero((rows != chunk).reshape(len(chunk), -1).any(1))[0])
-                    problems.append(f"{gid}: original config row {start + bad} is not reconstructed")
-                    break
+            read = _layout_configs(ds, g, problems)
+            if read is None:
+                return facts
+            g, digests = read
+            _check_dedup(g, options, problems, digests)
+            _check(len(digests) == g.num_unique_configs, problems, gid,
+                   f"configs shard holds {len(digests)} unique configs, graphs row says {g.num_unique_configs}")
+            if g.num_unique_configs and g.config_inverse.max(initial=-1) < len(digests) and g.config_inverse.min() >= 0:
+                _check_layout_rows(f, g, digests, problems)
             _check_groups(g, runtime if labelled else None, None, problems)
             _check_quality(ds, g, runtime if labelled else None, problems)
         else:
+            _check_dedup(g, options, problems)
             cfeat = f.read("config_feat").astype(np.float32)
             _check(np.array_equal(g.config_feat[g.config_inverse], cfeat), problems, gid, "tile config_feat rows are not reconstructed")
             norm = f.read("config_runtime_normalizers").astype(np.int64)
@@ -552,7 +616,8 @@ def verify_input(ds: Dataset | str, inp: InputFile, entry: dict,
             return [f"{inp.relpath}: input changed since the build (sha256 differs)"], None, False
         moments = None
         try:
-            g = ds.load_graph(inp.graph_id)
+            # a layout graph's configs are streamed by verify_graph, never loaded whole
+            g = ds.load_graph(inp.graph_id, configs=inp.kind != "layout")
             if inp.split == "train":
                 moments = _moments(g.node_feat)
             facts = verify_graph(ds, inp.path, inp.graph_id, ds.manifest["options"], problems, g, fh)
