@@ -67,11 +67,15 @@ def _add_configs(
     codes: (k, nc·3) int32; hashes: (k,) uint64; columns: (w,) int32, the first node of each current
     tie group (a new unique config is kept as its w columns); snap: the index into snaps (S, nc) int32
     of the current node → column map. state: [unique configs, int32 items used in ``store``].
+
+    Every row equals, at every node, its current group's first node (``_pack_rows`` and
+    ``LayoutCollector._split`` make it so for the chunk), and current groups refine the groups of any
+    stored config. So a row equals a stored config where it does at the w first nodes: w × 3 codes are
+    compared, not nc × 3.
     """
     mask = np.uint64(table.shape[0] - 1)
     n_unique = state[0]
     used = state[1]
-    nc = snaps.shape[1]
     w = columns.shape[0]
     for r in range(codes.shape[0]):
         row = codes[r]
@@ -87,7 +91,8 @@ def _add_configs(
                     base = row_offset[cand]
                     where = snaps[row_snap[cand]]
                     same = True
-                    for j in range(nc):
+                    for s in range(w):
+                        j = columns[s]
                         at = base + 3 * where[j]
                         if store[at] != row[3 * j] or store[at + 1] != row[3 * j + 1] or store[at + 2] != row[3 * j + 2]:
                             same = False
@@ -126,6 +131,20 @@ def _add_configs(
     state[1] = used
 
 
+@kernel
+def _gather_rows(store, row_offset, row_snap, snaps, nodes, start, out):
+    """out[i, m] = the codes of node ``nodes[m]`` in unique config start + i: (k, len(nodes), 3) int32."""
+    for i in range(out.shape[0]):
+        u = start + i
+        base = row_offset[u]
+        where = snaps[row_snap[u]]
+        for m in range(nodes.shape[0]):
+            at = base + 3 * where[nodes[m]]
+            out[i, m, 0] = store[at]
+            out[i, m, 1] = store[at + 1]
+            out[i, m, 2] = store[at + 2]
+
+
 @dataclass
 class TiedCodes:
     """The unique configs of a layout graph, each held in the tie columns known when it arrived.
@@ -138,9 +157,10 @@ class TiedCodes:
 
     tie: np.ndarray
     num_rows: int
-    _store: np.ndarray  # flat int32: each block's rows as (rows, width, 3), blocks back to back
-    _blocks: list[tuple[int, int, int, int]]  # (first unique id, rows, width, snapshot), in id order
-    _snaps: np.ndarray  # (S, nc) int32: node → column of the block's width
+    _store: np.ndarray  # flat int32: unique config u's columns (width of its snapshot, 3) from _row_offset[u]
+    _row_offset: np.ndarray  # (c_u,) int64
+    _row_snap: np.ndarray  # (c_u,) int32: the snapshot u was stored under
+    _snaps: np.ndarray  # (S, nc) int32: node → column under each snapshot
 
     @property
     def num_columns(self) -> int:
@@ -148,19 +168,15 @@ class TiedCodes:
 
     @property
     def nbytes(self) -> int:
-        used = sum(rows * width * 3 for _, rows, width, _ in self._blocks)
-        return 4 * used + self._snaps.nbytes
+        used = 0 if not self.num_rows else int(self._row_offset[self.num_rows - 1]) + 3 * (
+            int(self._snaps[self._row_snap[self.num_rows - 1]].max()) + 1)
+        return 4 * used + self._snaps.nbytes + self._row_offset[: self.num_rows].nbytes + \
+            self._row_snap[: self.num_rows].nbytes
 
     def _gather(self, start: int, stop: int, nodes: np.ndarray) -> np.ndarray:
-        stop = min(stop, self.num_rows)
+        start, stop = max(0, start), min(stop, self.num_rows)
         out = np.empty((max(0, stop - start), len(nodes), 3), np.int32)
-        offset = 0
-        for first, rows, width, snap in self._blocks:
-            lo, hi = max(start, first), min(stop, first + rows)
-            if lo < hi:
-                block = self._store[offset : offset + rows * width * 3].reshape(rows, width, 3)
-                out[lo - start : hi - start] = block[lo - first : hi - first][:, self._snaps[snap][nodes]]
-            offset += rows * width * 3
+        _gather_rows(self._store, self._row_offset, self._row_snap, self._snaps, nodes.astype(np.int32), start, out)
         return out
 
     def stored(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -217,7 +233,6 @@ class LayoutCollector:
         self._group = np.zeros(nc, np.int32)  # running group id of every node (ids only ever appended)
         self._first = np.zeros(1 if nc else 0, np.int32)  # first node of each running group
         self._snaps = [self._group.copy()]
-        self._blocks: list[tuple[int, int, int, int]] = []
         self._codes = np.empty(0, np.int32)
         self._hashes = np.empty(0, np.uint64)
         self._next_row = 0
@@ -251,16 +266,12 @@ class LayoutCollector:
             raise ConfigValueError(self._next_row + row, node, slot, float(flat[row, rest]))
         if differs.any():
             self._split(codes.reshape(k, nc, 3), np.flatnonzero(differs))
-        state_before = int(self._state[0])
         _add_configs(
             codes, hashes, self._next_row, rt, self.with_runtime, self.dedup, self._first,
             len(self._snaps) - 1, self._snap_array(), self._table, self._row_hash, self._store, self._state,
             self._row_offset, self._row_snap, self._inverse, self._group_size, self._first_index,
             self._best_index, self._runtime,
         )
-        added = int(self._state[0]) - state_before
-        if added:
-            self._blocks.append((state_before, added, len(self._first), len(self._snaps) - 1))
         self._next_row += k
 
     def _split(self, codes: np.ndarray, nodes: np.ndarray) -> None:
@@ -295,7 +306,7 @@ class LayoutCollector:
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         tie = rank[dense].astype(np.int32) if self.num_nodes else np.zeros(0, np.int32)
-        codes = TiedCodes(tie, u, self._store, self._blocks, self._snap_array())
+        codes = TiedCodes(tie, u, self._store, self._row_offset, self._row_snap, self._snap_array())
         return LayoutDedupResult(
             codes=codes,
             inverse=self._inverse,
