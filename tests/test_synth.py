@@ -213,6 +213,8 @@ def test_deterministic_and_order_independent(tiny, tmp_path: Path) -> None:
         assert (root / rel).read_bytes() == (tmp_path / "part" / rel).read_bytes(), rel
     other = synth.synthesize(tmp_path / "seed1", "tiny", 1, collections=["tile:xla"])
     assert other.files != [f for f in summary.files if "/tile/" in f]
+    prefix = synth.synthesize(tmp_path / "part", "tiny", 0, collections=["layout:nlp:random", "tile"])
+    assert prefix.files == part.files and prefix.reused == len(part.files)  # prefixes select like build
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -639,6 +641,9 @@ def test_cli_fraction_and_resume(tmp_path: Path) -> None:
     for bad in ("0", "1.5"):
         wrong = CliRunner().invoke(main, [*args[:-1], bad])
         assert wrong.exit_code == 2 and "--fraction" in wrong.output
+    unknown = CliRunner().invoke(main, [*args, "--collections", "xla:random"])  # the id lacks "layout:"
+    assert unknown.exit_code == 2 and "--collections 'xla:random' names no collection" in unknown.output
+    assert "Traceback" not in unknown.output
 
 
 # ------------------------------------------------------------------- the full profile's size plan (#16)

@@ -18,7 +18,8 @@ from .group import main
 @click.option("--dst", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", default="tiny", show_default=True, type=click.Choice(["tiny", "small", "bench", "full"]))
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--collections", default=None, help="Comma-separated collection ids to write.")
+@click.option("--collections", default=None,
+              help="Comma-separated collection ids or prefixes to write (e.g. layout:xla, tile).")
 @click.option("--fraction", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
               help="Only the first ceil(F x count) files of every collection and split, each the same "
                    "file as in the whole profile (e.g. 0.25 for a quarter-scale rehearsal of full).")
@@ -32,8 +33,10 @@ def synth(dst, profile, seed, collections, fraction, dry_run, quiet) -> None:
     Resumable: run the same command again after an interruption; files already finished (as recorded
     in DST/synth-journal.jsonl, same size and sha256) are kept, the rest is written.
     """
+    from ..inputs import check_selection
     from ..synth import synthesize
 
+    check_selection(comma_list(collections), None)
     if dry_run:
         click.echo(plan_table(profile, seed, fraction, comma_list(collections)))
         return

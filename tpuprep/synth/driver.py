@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.npz_writer import StreamedArray, prefetched, write_npy, write_npz
+from ..tpugraphs import selected
 from .configs import draw_choices
 from .constants import COLLECTIONS
 from .files import FileSpec, draw_layout_config_count, file_plan, layout_graph_for
@@ -125,7 +126,8 @@ def synthesize(
     noise-free runtime of every config under ``truth/<same path>.npy`` (float64 ns, shape (c,)).
 
     profile: one of PROFILES; seed: any int (same (profile, seed) -> byte-identical files);
-    collections: restrict to these collection ids (each file's bytes do not depend on it);
+    collections: restrict to these collection ids or prefixes (``layout:xla``, ``tile``), as
+    ``tpuprep build --collections`` selects (each file's bytes do not depend on it);
     fraction: in (0, 1]: only the first ceil(fraction × count) files of every (collection, split),
     each identical to the same file of the whole profile (``files.file_plan``);
     progress: called with the npz path (relative to dst) after each file (written or reused).
@@ -136,17 +138,16 @@ def synthesize(
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
-    wanted = set(COLLECTIONS if collections is None else collections)
-    unknown = wanted - set(COLLECTIONS)
+    unknown = [w for w in collections or () if not any(selected(c, [w]) for c in COLLECTIONS)]
     if unknown:
-        raise ValueError(f"unknown collection(s) {sorted(unknown)}; known: {list(COLLECTIONS)}")
+        raise ValueError(f"unknown collection(s) {unknown}; known: {list(COLLECTIONS)}")
     prof = PROFILES[profile]
     root = Path(dst)
     plan = file_plan(prof, seed, fraction)
     summary = SynthSummary(root=root, profile=profile, seed=int(seed), fraction=float(fraction))
     journal = Journal(root, profile, seed)
     for spec in plan:
-        if spec.collection not in wanted:
+        if not selected(spec.collection, collections):
             continue
         done = journal.finished(spec.relpath)
         if done is None:
