@@ -352,6 +352,23 @@ def test_pack_chunk_rejects_like_reference(values, bad, first_row):
     assert (math.isnan(v) and math.isnan(info.value.value)) or info.value.value == v
 
 
+@SETTINGS
+@given(
+    config_values(max_rows=5, max_nodes=4),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([6, -2, 127, -128, 7, -3])), min_size=1, max_size=4),
+)
+def test_encode_int8_rejects_like_reference(values, bad):
+    """int8 input is packed without a float64 copy; out-of-range values are still refused, first one named."""
+    assume(values.shape[0] > 0)
+    x = values.astype(np.int8)
+    for pos, v in bad:
+        x.reshape(-1)[pos % x.size] = v
+    row, node, slot = ref_first_bad_value(x.astype(np.float64))
+    with pytest.raises(ConfigValueError) as info:
+        encode_base7(x)
+    assert (info.value.row, info.value.node, info.value.slot, info.value.value) == (row, node, slot, x[row, node, slot])
+
+
 # --------------------------------------------------------------------------------------------------
 # Deduplication
 # --------------------------------------------------------------------------------------------------

@@ -83,6 +83,26 @@ def test_layout_backward_matches_finite_differences(layout_graph, layers, derive
                   np.random.default_rng(2))
 
 
+@pytest.mark.parametrize("kept_chunks", [0, 1, 3])
+def test_chunks_past_the_keep_budget_are_recomputed_to_the_same_gradients(layout_graph, kept_chunks):
+    """backward recomputes the chunks forward did not keep: gradients equal the all-kept ones bit for bit."""
+    mean, std = stats_of([layout_graph])
+    cfg = ModelConfig("layout", hidden=6, head_hidden=5, layers=2, dtype="float32", derived=True)
+    pg = prepare_graph(layout_graph, "layout", mean, std, 2, np.float32)
+    params = init_params(cfg, 3)
+    vals = layout_graph.node_config_feat(np.arange(8))
+    w = np.random.default_rng(1).standard_normal(8)
+    s_all, kept = forward(params, pg, vals, cfg, chunk=2)
+    sizes = [cc.nbytes() for *_, cc in kept.chunks]
+    assert len(sizes) == 4 and min(sizes) > 0
+    s_few, few = forward(params, pg, vals, cfg, chunk=2, keep_bytes=sum(sizes[:kept_chunks]))
+    assert [cc is not None for *_, cc in few.chunks] == [i < kept_chunks for i in range(4)]
+    np.testing.assert_array_equal(s_few, s_all)
+    g_all, g_few = backward(params, pg, kept, w, cfg), backward(params, pg, few, w, cfg)
+    for name in params:
+        np.testing.assert_array_equal(g_few[name], g_all[name], err_msg=name)
+
+
 def test_tile_backward_matches_finite_differences(tile_graph):
     mean, std = stats_of([tile_graph])
     cfg = ModelConfig("tile", hidden=6, head_hidden=5, layers=2, dtype="float64")

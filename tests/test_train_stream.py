@@ -96,6 +96,33 @@ def test_config_digest_equals_the_whole_record(ds, rankers, coll, monkeypatch):
         np.testing.assert_array_equal(pg.x, whole.x)
 
 
+def test_layout_blocks_are_bounded_in_bytes(ds, rankers, monkeypatch):
+    """A wide graph is streamed in blocks of at most BLOCK_BYTES of decoded values (nc = 3,541 in the
+    full profile: 4,096 configs would be 261 MB), with the same digest and scores."""
+    monkeypatch.setattr(stream, "SCORE_BATCH", 2)
+    ranker = rankers[LAYOUT]
+    gid = max(ds.graph_ids(LAYOUT, "valid"), key=ds.num_unique_configs)
+    rec = ds.load_graph(gid)
+    nc = len(rec.node_config_ids)
+    assert rec.num_unique_configs > 3
+    assert stream.rows_per_block(None) == stream.ROWS_PER_BLOCK == stream.rows_per_block(455)
+    assert stream.rows_per_block(3541) == 526
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 3 * nc * 18 + 17)  # room for 3 configs, not 4
+    seen: list[int] = []
+    real = ds.iter_config_blocks
+
+    def spy(graph_id, rows_per_block, rows=None):
+        seen.append(rows_per_block)
+        yield from real(graph_id, rows_per_block, rows)
+
+    monkeypatch.setattr(ds, "iter_config_blocks", spy)
+    _, pg = stream.prepare_streamed(ranker, ds, gid)
+    np.testing.assert_array_equal(pg.cfg_modal, ranker.prepare(rec).cfg_modal)
+    np.testing.assert_array_equal(stream.score_streamed(ranker, ds, gid, pg),
+                                  ranker.predict_unique(rec, batch_size=2))
+    assert seen == [3, 3]  # the digest's stream, then the scores'
+
+
 @pytest.mark.parametrize("coll", [LAYOUT, TILE])
 def test_streamed_scores_equal_predict_unique_across_blocks(ds, rankers, coll, monkeypatch):
     monkeypatch.setattr(stream, "SCORE_BATCH", 2)

@@ -92,7 +92,10 @@ def pack_chunk(values: np.ndarray, first_row: int = 0, out: np.ndarray | None = 
 
 
 def encode_base7(x: np.ndarray) -> np.ndarray:
-    """Encode layout values (..., 18), integers in −1..5, as base-7 codes (..., 3) int32."""
+    """Encode layout values (..., 18), integers in −1..5, as base-7 codes (..., 3) int32.
+
+    int8 values (what ``decode_base7`` and the readers give) are packed as they are; any other dtype
+    goes through float64 (8 bytes per value: a caller encoding many configs should hand int8)."""
     x = np.asarray(x)
     if x.shape[-1:] != (SLOTS,):
         raise ValueError(f"expected a last axis of {SLOTS} layout slots, got shape {x.shape}")
@@ -100,7 +103,9 @@ def encode_base7(x: np.ndarray) -> np.ndarray:
     # (configs, nodes, 18), so that an error names the config row and node of the caller's array
     nodes = lead[-1] if lead else 1
     rows = x.reshape(-1, nodes, SLOTS) if len(lead) >= 2 else x.reshape(1, nodes, SLOTS)
-    return pack_chunk(rows.astype(np.float64, copy=False)).reshape(*lead, BLOCKS)
+    if rows.dtype != np.int8:
+        rows = rows.astype(np.float64, copy=False)
+    return pack_chunk(rows).reshape(*lead, BLOCKS)
 
 
 def decode_base7(codes: np.ndarray) -> np.ndarray:

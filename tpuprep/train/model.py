@@ -53,6 +53,10 @@ Params = dict[str, np.ndarray]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 MAX_CHUNK_ELEMS = 1 << 21  # per-config activations of one chunk: ≤ 2M values (8 MB in float32)
+KEEP_BYTES = 256 * 2 ** 20
+"""Most bytes of chunk activations :func:`forward` keeps for :func:`backward`; the chunks past it are
+recomputed there (the same arithmetic, so the same gradients bit for bit). A 64-config batch of a graph
+whose regions hold ~30,000 nodes (nc = 3,541 in the ``full`` profile) would otherwise keep ≈ 2 GB."""
 
 
 def gelu_ref(x: np.ndarray) -> np.ndarray:
@@ -179,12 +183,21 @@ class ChunkCache:
     summary: np.ndarray | None = None  # (B, N_SUMMARY) config-level features (features.config_summary)
 
 
+    def nbytes(self) -> int:
+        """Bytes of the arrays this cache holds beyond the batch (the caller's)."""
+        arrays = [self.pooled, self.dgelu_q, self.u, self.dgelu_p0, self.derived, self.summary]
+        arrays += [a for layer in self.layer for a in layer.values()]
+        return sum(a.nbytes for a in arrays if a is not None)
+
+
 @dataclass
 class Cache:
-    """Everything :func:`backward` needs from one :func:`forward` call: the static pass and the chunks."""
+    """Everything :func:`backward` needs from one :func:`forward` call: the static pass, the batch and
+    per chunk (lo, hi, its activations, or None when they are recomputed in :func:`backward`)."""
 
     static: StaticCache
-    chunks: list[tuple[int, int, ChunkCache]]
+    batch: np.ndarray
+    chunks: list[tuple[int, int, ChunkCache | None]]
 
 
 def static_forward(params: Params, pg: PreparedGraph, layers: int) -> StaticCache:
@@ -281,7 +294,7 @@ def _forward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, batch: np
 
 def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConfig,
             static: StaticCache | None = None, keep: bool = True,
-            chunk: int | None = None) -> tuple[np.ndarray, Cache | None]:
+            chunk: int | None = None, keep_bytes: int | None = None) -> tuple[np.ndarray, Cache | None]:
     """Scores (B,) for a batch of configs of one graph, higher = slower.
 
     batch: layout — decoded values (B, nc, 18) int8 in −1..5 (``GraphRecord.node_config_feat(rows)``);
@@ -289,7 +302,9 @@ def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConf
     ``static`` may be passed in to reuse the config-independent pass across batches (inference).
     With ``keep=False`` no cache is returned (inference; saves memory). Configs are processed in
     chunks of ``chunk`` (default :func:`chunk_size`) so that per-config arrays stay small enough to be
-    recycled by the allocator instead of being freshly mapped (and page-faulted) at every step.
+    recycled by the allocator instead of being freshly mapped (and page-faulted) at every step. With
+    ``keep``, chunk activations are kept up to ``keep_bytes`` (default ``KEEP_BYTES``); :func:`backward`
+    recomputes the rest, so a step's memory stays bounded on the largest graphs.
     """
     if cfg.kind == "layout":
         if batch.ndim != 3 or batch.shape[1:] != (len(pg.regions[0]), N_SLOTS):
@@ -300,14 +315,17 @@ def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConf
     step = chunk or chunk_size(pg, cfg)
     b = batch.shape[0]
     scores = np.empty(b, params["w_x"].dtype)
-    chunks: list[tuple[int, int, ChunkCache]] = []
+    budget = KEEP_BYTES if keep_bytes is None else keep_bytes
+    kept = 0
+    chunks: list[tuple[int, int, ChunkCache | None]] = []
     for lo in range(0, b, step):
         hi = min(b, lo + step)
-        s, cc = _forward_chunk(params, pg, st, batch[lo:hi], cfg, keep)
+        s, cc = _forward_chunk(params, pg, st, batch[lo:hi], cfg, keep and kept <= budget)
         scores[lo:hi] = s
-        if cc is not None:
-            chunks.append((lo, hi, cc))
-    return scores, (Cache(st, chunks) if keep else None)
+        if keep:
+            kept += cc.nbytes() if cc is not None else 0
+            chunks.append((lo, hi, cc if kept <= budget else None))
+    return scores, (Cache(st, batch, chunks) if keep else None)
 
 
 def _backward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, cc: ChunkCache,
@@ -374,6 +392,9 @@ def backward(params: Params, pg: PreparedGraph, cache: Cache, dscores: np.ndarra
     extra_dpre = np.zeros_like(st.pre)
     d_total = np.zeros(st.total.shape, dt)
     for lo, hi, cc in cache.chunks:
+        if cc is None:  # past forward's keep_bytes: recomputed, then dropped after its backward
+            cc = _forward_chunk(params, pg, st, cache.batch[lo:hi], cfg, True)[1]
+            assert cc is not None
         d_total += _backward_chunk(params, pg, st, cc, ds[lo:hi], cfg, g, extra_dz, extra_dpre)
     # static pass
     dh = np.broadcast_to(d_total, st.h[-1].shape).copy()

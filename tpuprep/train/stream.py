@@ -4,8 +4,9 @@ A graph is used as its structure (``ds.load_graph(gid, configs=False)``) plus th
 inputs the model needs (:class:`~.features.ConfigDigest`: the layout modal output blocks from at most
 ``features.MODAL_SAMPLE`` evenly spaced unique configs, the tile bound positions any config sets), read
 by streaming the configs in blocks (``ds.iter_config_blocks``). Scoring every unique config of a graph
-streams its configs the same way, so at any time one block of ``ROWS_PER_BLOCK`` decoded configs is
-held, never a graph's (let alone a collection's) codes. Scores equal ``Ranker.predict_unique`` on the
+streams its configs the same way, so at any time one block of at most ``ROWS_PER_BLOCK`` decoded
+configs and ``BLOCK_BYTES`` of layout values is held (:func:`rows_per_block`), never a graph's (let
+alone a collection's) codes. Scores equal ``Ranker.predict_unique`` on the
 whole record bit for bit: whatever the blocks, the model sees the same batches of ``SCORE_BATCH``
 configs (inputs left over from one block wait for the next).
 """
@@ -26,8 +27,19 @@ from .ranker import Ranker
 SCORE_BATCH = 1024
 """Configs per forward pass when scoring (as ``Ranker.predict_unique``)."""
 ROWS_PER_BLOCK = 4 * SCORE_BATCH
-"""Decoded unique configs held at a time while streaming a graph (``ds.iter_config_blocks``; it also
-bounds the configs a block decompresses): ≤ 4096 × nc × 18 bytes, 27 MB at nc = 373."""
+"""Most decoded unique configs held at a time while streaming a graph (``ds.iter_config_blocks``; it
+also bounds the configs a block decompresses)."""
+BLOCK_BYTES = 32 * 2 ** 20
+"""Most bytes of decoded layout values (k × nc × 18 int8) in one streamed block: 4,096 configs up to
+nc = 455, 526 at nc = 3,541 (the largest graph of ``full``; 4,096 there would be 261 MB)."""
+
+
+def rows_per_block(nc: int | None) -> int:
+    """Configs per streamed block: ``ROWS_PER_BLOCK``, fewer for a layout graph of ``nc`` configurable
+    nodes whose block would pass ``BLOCK_BYTES`` (tile: ``nc`` None)."""
+    if nc is None:
+        return ROWS_PER_BLOCK
+    return max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // max(1, nc * 18)))
 
 
 def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
@@ -37,7 +49,7 @@ def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
     if kind == "layout":
         nc = len(structure.node_config_ids)
         codes, sizes = [], []
-        for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK, modal_rows(structure.num_unique_configs)):
+        for block in ds.iter_config_blocks(gid, rows_per_block(nc), modal_rows(structure.num_unique_configs)):
             codes.append(encode_base7(block.node_config_feat)[:, :, 0].astype(np.int64))
             sizes.append(block.group_size)
         out = np.concatenate(codes) if codes else np.zeros((0, nc), np.int64)
@@ -125,7 +137,7 @@ def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
                    rows: np.ndarray | None = None,
                    on_block: Callable[[Any], None] | None = None) -> np.ndarray:
     """Scores (k,) float64 (higher = slower) of the unique configs ``rows`` of a graph (all if None), in
-    the order given, streamed in blocks of ROWS_PER_BLOCK; ``on_block(ConfigSample)`` sees every block
+    the order given, streamed in blocks of :func:`rows_per_block`; ``on_block(ConfigSample)`` sees every block
     (for what else a caller needs of the configs: runtimes, first_index, a baseline)."""
     st = ranker.static(pg)
     parts: list[np.ndarray] = []
@@ -135,7 +147,8 @@ def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
         s, _ = forward(ranker.params, pg, inputs, ranker.config, st, keep=False)
         parts.append(np.asarray(s, np.float64))
 
-    for block in ds.iter_config_blocks(graph_id, ROWS_PER_BLOCK, rows):
+    nc = len(pg.config_pos) if pg.kind == "layout" else None
+    for block in ds.iter_config_blocks(graph_id, rows_per_block(nc), rows):
         if on_block is not None:
             on_block(block)
         pending.append(ranker.sample_inputs(pg, block))
