@@ -23,15 +23,23 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
 
 
-def admits(stats: pq.Statistics | None, low, high) -> bool:
-    """A row group's min/max statistics overlap [low, high] (no statistics: it may)."""
-    return stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low)
-
-
 @cache
-def parquet_file(path: Path) -> pq.ParquetFile:
-    """An open shard, its footer parsed once per process (sampling reads the same files again and again)."""
-    return pq.ParquetFile(path)
+def row_groups(path: Path) -> tuple[pq.ParquetFile, list, np.ndarray, np.ndarray]:
+    """An open shard (its footer parsed once per process: sampling reads the same files again and again)
+    and, per row group, the graph_id (min, max) and config_id min and max from its statistics (None and
+    ±inf where a row group has none: it may hold anything)."""
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    graphs, low, high = [], [], []
+    for rg in range(pf.metadata.num_row_groups):
+        meta = pf.metadata.row_group(rg)
+        stats = meta.column(names.index("graph_id")).statistics
+        graphs.append((stats.min, stats.max) if stats is not None and stats.has_min_max else None)
+        stats = meta.column(names.index("config_id")).statistics if "config_id" in names else None
+        has = stats is not None and stats.has_min_max
+        low.append(stats.min if has else -np.inf)
+        high.append(stats.max if has else np.inf)
+    return pf, graphs, np.array(low, np.float64), np.array(high, np.float64)
 
 
 def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, columns: list[str]) -> pa.Table:
@@ -39,22 +47,13 @@ def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, col
     and config_id statistics admit them: only those row groups are decompressed."""
     pieces = []
     for path in files:
-        pf = parquet_file(path)
-        names = pf.schema_arrow.names
-        wanted = [c for c in columns if c in names]
-        groups = []
-        for rg in range(pf.metadata.num_row_groups):
-            meta = pf.metadata.row_group(rg)
-            if not admits(meta.column(names.index("graph_id")).statistics, graph_id, graph_id):
-                continue
-            if rows is not None and "config_id" in names:
-                stats = meta.column(names.index("config_id")).statistics
-                if stats is not None and stats.has_min_max:  # a sampled row inside [min, max]?
-                    inside = np.searchsorted(rows, stats.max, "right") - np.searchsorted(rows, stats.min, "left")
-                    if inside == 0:
-                        continue
-            groups.append(rg)
+        pf, graphs, low, high = row_groups(path)
+        admit = np.array([g is None or g[0] <= graph_id <= g[1] for g in graphs], bool)
+        if rows is not None:  # a sampled row inside [min, max]?
+            admit &= np.searchsorted(rows, high, "right") > np.searchsorted(rows, low, "left")
+        groups = np.flatnonzero(admit).tolist()
         if groups:
+            wanted = [c for c in columns if c in pf.schema_arrow.names]
             table = pf.read_row_groups(groups, columns=wanted, use_threads=False)  # a few small row groups
             keep = pc.equal(table["graph_id"], graph_id)
             if rows is not None:
