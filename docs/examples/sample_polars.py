@@ -1,12 +1,16 @@
 """Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
 ``graph_id`` and ``config_id.is_in(rows)``, which polars checks against each row group's statistics, so
-only the row groups holding a sampled config are decompressed. The same rows and arrays as
-``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
+only the row groups holding a sampled config are decompressed. Only the shards whose graph range
+(``first_graph``..``last_graph`` in manifest.json) holds the graph are scanned: polars parses the footer
+of every file it scans, on every scan. The same rows and arrays as ``tpuprep``'s
+``Dataset.sample_configs(graph_id, k, seed)``.
 
 Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
 
+import json
 import sys
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +23,29 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
 
 
+@cache
+def shard_ranges(shards: str) -> list[tuple[str, str, str, Path]]:
+    """(table, first_graph, last_graph, path) of every shard in SHARDS/manifest.json (read once)."""
+    manifest = json.loads(Path(shards, "manifest.json").read_text())
+    return [(s["table"], s["first_graph"], s["last_graph"], Path(shards, s["path"])) for s in manifest["shards"]]
+
+
+def holding(shards: str, graph_id: str, table: str) -> list[Path]:
+    """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id``."""
+    paths = [p for t, first, last, p in shard_ranges(shards) if t.endswith(table) and first <= graph_id <= last]
+    if not paths:
+        raise KeyError(f"no graph {graph_id!r} in {shards}")
+    return paths
+
+
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    folder = Path(shards, *graph_id.rsplit(":", 1)[0].split(":"))  # layout/xla/random, tile/xla, ...
-    graph = (pl.scan_parquet(folder / "graphs" / "*.parquet").filter(pl.col("graph_id") == graph_id)
+    graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")).filter(pl.col("graph_id") == graph_id)
              .select(pl.col("^(num_unique_configs|num_config_columns|config_node_tie)$")).collect())
     if graph.height != 1:
-        raise KeyError(f"no graph {graph_id!r} under {folder}")
+        raise KeyError(f"no graph {graph_id!r} in {shards}")
     unique = graph["num_unique_configs"].item()
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
-    configs = (pl.scan_parquet(folder / "configs" / "*.parquet")
+    configs = (pl.scan_parquet(holding(shards, graph_id, "_configs"))
                .filter((pl.col("graph_id") == graph_id) & pl.col("config_id").is_in(rows.tolist()))
                .collect())
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
