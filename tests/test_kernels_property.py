@@ -502,6 +502,34 @@ def test_layout_collector_equals_reference(inputs, cuts, dtype):
         np.testing.assert_array_equal(keep.runtime, runtime)
 
 
+def test_spare_store_serves_the_next_graph_only_once_its_codes_are_gone():
+    """keep_spare_store (build workers): a finished graph's store buffer is reused by the next collector,
+    never while anything holds the codes written in it; stale contents never leak into the next graph."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-1, 2, (40, 6, 18)).astype(np.float32)
+    b = rng.integers(-1, 2, (30, 5, 18)).astype(np.float32)
+    b[::3] = b[0]  # duplicates, so the dedup comparison reads the store
+    want = ref_encode_base7(ref_dedup(b, None).unique_rows)
+    tied.keep_spare_store(True)
+    try:
+        first = collect(a, None, [])
+        buf = first.codes._store
+        alive = collect(b, None, [])  # first's codes still held: a new buffer
+        assert not np.shares_memory(alive.codes._store, buf)
+        del first
+        again = collect(b, None, [])  # now the spare (big enough): the same pages, old contents in them
+        assert np.shares_memory(again.codes._store, buf)
+        np.testing.assert_array_equal(again.codes.full(), want)
+        np.testing.assert_array_equal(alive.codes.full(), want)
+        del again
+    finally:
+        tied.keep_spare_store(False)
+    assert tied._spare is None  # switching off drops the spare
+    other = collect(b, None, [])
+    del other
+    assert tied._spare is None  # off: nothing is kept
+
+
 @SETTINGS
 @given(st.integers(1, 40), st.integers(1, 5), st.data())
 def test_layout_collector_names_the_first_bad_value(c, nc, data):

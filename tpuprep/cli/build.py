@@ -31,7 +31,11 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     started = time.perf_counter()
     runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
     if runner is not None and runner.name == "serial":
-        tune_malloc()  # this process converts the files itself (a library caller's process is left alone)
+        # this process converts the files itself (a library caller's process is left alone)
+        from ..kernels import keep_spare_store
+
+        tune_malloc()
+        keep_spare_store()
     try:
         report = build(src, dst, opts, collections=collections, splits=splits, collection=collection,
                        split=split, runner=runner, resume=resume, overwrite=overwrite, dry_run=dry_run,

@@ -4,7 +4,7 @@ from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
 from .repad import repad_node_feat
-from .tied import LayoutCollector, LayoutDedupResult, TiedCodes
+from .tied import LayoutCollector, LayoutDedupResult, TiedCodes, keep_spare_store
 
 __all__ = [
     "ConfigValueError",
@@ -19,6 +19,7 @@ __all__ = [
     "encode_base7",
     "float_keys",
     "keep_all",
+    "keep_spare_store",
     "pack_chunk",
     "prune_graph",
     "remap_node_splits",

@@ -16,6 +16,8 @@ are numbered in order of first occurrence and keep the smallest runtime, ties to
 
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +27,47 @@ from .dedup import _hash_row
 from .jit import kernel
 
 _EMPTY = -1
+
+_spare_lock = threading.Lock()
+_keep_spare = False
+_spare: np.ndarray | None = None
+
+
+def keep_spare_store(on: bool = True) -> None:
+    """Whether this process keeps the largest store buffer a finished graph leaves (``True`` in build
+    workers) for the next ``LayoutCollector``, instead of freeing it with the graph.
+
+    A store is up to c × nc × 3 int32 reserved, of which the unique configs' tie columns are touched
+    (516 MB for a c = 100,040, nc = 1,119 graph). Fresh pages cost the kernel their zeroing, and on a
+    freshly booted VM much more (the host backs guest memory on first touch): 13.7 % of the CPU of
+    building that one file went to ``clear_page`` (benchmarks/RESULTS.md §15). Reused pages cost
+    nothing. Off by default, so a library caller's process does not keep memory after ``build``.
+    """
+    global _keep_spare, _spare
+    with _spare_lock:
+        _keep_spare = bool(on)
+        if not on:
+            _spare = None
+
+
+def _take_store(items: int) -> np.ndarray:
+    """A flat int32 buffer of at least ``items``: the spare if it is big enough (its old contents are
+    never read: a store is written before it is read), else a new one (a smaller spare is dropped)."""
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare.size >= items:
+        return spare
+    return np.empty(max(items, 1), np.int32)
+
+
+def _give_back(store: np.ndarray) -> None:
+    """Called when the last holder of a store is gone: keep it as the spare if spares are kept and it
+    is the largest."""
+    global _spare
+    with _spare_lock:
+        if _keep_spare and (_spare is None or _spare.size < store.size):
+            _spare = store
 
 
 @kernel
@@ -220,8 +263,10 @@ class LayoutCollector:
         capacity = 1 << max(4, int(2 * max(c, 1) - 1).bit_length()) if dedup else 1
         self._table = np.full(capacity, _EMPTY, np.int32)
         self._row_hash = np.empty(c, np.uint64)
-        # reserved, not touched: pages are used only as unique configs arrive, in their tie columns
-        self._store = np.empty(max(c * nc * 3, 1), np.int32)
+        # reserved, not touched: pages are used only as unique configs arrive, in their tie columns (a
+        # build worker's spare from an earlier graph when it is big enough: keep_spare_store)
+        self._store = _take_store(c * nc * 3)
+        self._release = weakref.finalize(self, _give_back, self._store)
         self._state = np.zeros(2, np.int64)
         self._row_offset = np.empty(c, np.int64)
         self._row_snap = np.empty(c, np.int32)
@@ -307,6 +352,9 @@ class LayoutCollector:
         rank[order] = np.arange(len(order))
         tie = rank[dense].astype(np.int32) if self.num_nodes else np.zeros(0, np.int32)
         codes = TiedCodes(tie, u, self._store, self._row_offset, self._row_snap, self._snap_array())
+        self._release.detach()  # the store is the codes' now: given back when they are gone
+        weakref.finalize(codes, _give_back, self._store)
+        self._store = np.empty(0, np.int32)
         return LayoutDedupResult(
             codes=codes,
             inverse=self._inverse,

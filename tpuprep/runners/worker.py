@@ -57,9 +57,11 @@ def tune_malloc() -> bool:
 
 
 def warm_worker(threads: int = 1) -> None:
-    """Cap threads, tune malloc and load every Numba kernel once, so no task pays a compile or cache load."""
+    """Cap threads, tune malloc, keep layout store buffers between graphs (``kernels.keep_spare_store``)
+    and load every Numba kernel once, so no task pays a compile or cache load."""
     cap_threads(threads)
     tune_malloc()
-    from ..kernels import warm
+    from ..kernels import keep_spare_store, warm
 
+    keep_spare_store()
     warm()
