@@ -90,14 +90,16 @@ def fix_manifest_hash(root: Path, shard: Path) -> None:
     edit_manifest(root, edit)
 
 
-def rewrite_shard(root: Path, shard: Path, change: Callable[[pa.Table], pa.Table]) -> None:
-    """Rewrite a shard row group by row group (boundaries, schema and its metadata kept, zstd, page
-    checksums, graph_id statistics), ``change`` applied to the whole table first; fix the manifest."""
+def rewrite_shard(root: Path, shard: Path, change: Callable[[pa.Table], pa.Table],
+                  compression: str | dict = "zstd") -> None:
+    """Rewrite a shard row group by row group (boundaries, schema and its metadata kept, ``compression``
+    (zstd: what tpuprep writes), page checksums, graph_id statistics), ``change`` applied to the whole
+    table first; fix the manifest."""
     pf = pq.ParquetFile(shard)
     sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
     table = change(pf.read())
     sizes[-1] += table.num_rows - sum(sizes)  # rows added or dropped: the last group absorbs them
-    with pq.ParquetWriter(shard, table.schema, compression="zstd", write_page_checksum=True) as w:
+    with pq.ParquetWriter(shard, table.schema, compression=compression, write_page_checksum=True) as w:
         start = 0
         for size in sizes:
             w.write_table(table.slice(start, size), row_group_size=max(size, 1))
@@ -546,6 +548,17 @@ def test_verify_rejects_a_tampered_shard(shards, src, check):
     problems = problems_of(src, shards, collection)
     assert any(expected in p for p in problems), problems
     assert not any("shard bytes changed" in p for p in problems), problems  # the semantic check spoke
+
+
+def test_verify_names_a_shard_compressed_with_another_codec(shards, src):
+    """tpuprep writes every column with zstd: a shard rewritten with other codecs (a dict leaves the
+    columns it does not name uncompressed) is named with them."""
+    gid = first_graph(shards, GRAPH, "train")
+    _, shard = shard_of(shards, gid, "configs")
+    assert problems_of(src, shards) == []
+    rewrite_shard(shards, shard, lambda t: t, compression={"codes": "snappy", "runtime": "gzip"})
+    problems = problems_of(src, shards)
+    assert any("compressed with ['GZIP', 'SNAPPY', 'UNCOMPRESSED'], tpuprep writes zstd" in p for p in problems), problems
 
 
 def test_verify_finds_two_unique_layout_configs_with_equal_values(shards, src):
