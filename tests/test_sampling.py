@@ -128,10 +128,12 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
     u = ds.load_graph(gid).num_unique_configs
     assert u > 4 * GROUP
     seen: list[tuple[str, list[int]]] = []
+    read_columns: list[list[str]] = []
     real = reader_module.read_row_groups
 
     def spy(pf, path, rgs, columns=None, **kwargs):
         seen.append((str(path), list(rgs)))
+        read_columns.append(list(columns))
         return real(pf, path, rgs, columns, **kwargs)
 
     monkeypatch.setattr(reader_module, "read_row_groups", spy)
@@ -149,6 +151,28 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
     groups = sorted(rg for _, rgs in seen for rg in rgs)
     assert groups == sorted({int(r) // GROUP for r in s.rows})
     assert all("/configs/" in p for p, _ in seen)
+    # the per-config fields come from the structure (derived once, kept): only ids and codes are read
+    assert read_columns == [["config_id", "codes"]]
+    seen.clear()
+    read_columns.clear()
+    blocks = list(ds2.iter_config_blocks(gid, 4, s.rows))  # read_configs: every stored column (verify)
+    assert all("runtime" in c and "group_size" in c for c in read_columns)
+    assert np.array_equal(np.concatenate([b.config_runtime for b in blocks]), s.config_runtime)
+
+
+def test_derived_columns_are_kept_within_their_byte_bound(small_groups, monkeypatch):
+    ds = tpuprep.open_dataset(small_groups)
+    ids = ds.graph_ids("layout:xla:default")[:4]
+    for gid in ids[:3]:
+        ds.sample_configs(gid, 2)
+    assert list(ds._derived) == ids[:3]
+    ds.sample_configs(ids[0], 2)  # a hit moves it to the end
+    assert list(ds._derived) == [ids[1], ids[2], ids[0]]
+    assert ds._derived_bytes == sum(a.nbytes for c in ds._derived.values() for a in c.values() if a is not None)
+    monkeypatch.setattr(reader_module, "DERIVED_BYTES", 1)
+    ds.sample_configs(ids[3], 2)  # a new graph: the bound drops the others, the newest always stays
+    assert list(ds._derived) == [ids[3]]
+    assert ds._derived_bytes == sum(a.nbytes for a in ds._derived[ids[3]].values() if a is not None)
 
 
 def _spy(real, log: list[str]):
