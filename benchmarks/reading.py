@@ -62,12 +62,56 @@ def _example(name: str):
     return module
 
 
+ROW_GROUP_BYTES = 128 << 20
+"""Schema 1's only cut of a configs row group: ``BuildOptions.row_group_bytes`` (its default)."""
+
+
+def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
+    """The graph's configs as schema 1.x stored them (before issue #14): one row per unique config whose
+    ``codes`` hold every configurable node's 3 int32 codes (nc·12 bytes, no tied columns), zstd level 3,
+    row groups cut only at 128 MB, so reading any config decompresses the graph's codes. Returns the
+    file's bytes. (Schema 1 also held config_id, runtime, group_size and first_index: read whole too.)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    g = ds.load_graph(graph_id)
+    codes = np.ascontiguousarray(g.config_codes, dtype="<i4").reshape(g.num_unique_configs, -1)
+    width = codes.shape[1] * 4
+    table = pa.table({
+        "config_id": pa.array(np.arange(g.num_unique_configs, dtype=np.int32)),
+        "runtime": pa.array(g.config_runtime, pa.int64()),
+        "group_size": pa.array(g.group_size, pa.int32()),
+        "first_index": pa.array(g.first_index, pa.int32()),
+        "codes": pa.Array.from_buffers(pa.binary(width), len(codes), [None, pa.py_buffer(codes)]).cast(pa.binary()),
+    })
+    rows = max(1, ROW_GROUP_BYTES // max(1, table.nbytes // max(1, table.num_rows)))
+    pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=rows)
+    return path.stat().st_size
+
+
+def schema1_sample(path: Path, nc: int, rows: np.ndarray) -> np.ndarray:
+    """The old ``load_graph`` + ``node_config_feat(rows)`` on a schema-1 file: every config's codes
+    read (decompressed, page checksums verified as the reader does), then only ``rows`` decoded (the
+    cheaper of the old path's two ways: it favours the old path)."""
+    import pyarrow.parquet as pq
+
+    from tpuprep import decode_base7
+
+    t = pq.ParquetFile(path, page_checksum_verification=True).read()
+    data = t.column("codes").combine_chunks()
+    codes = np.frombuffer(data.buffers()[2], "<i4")[: len(data) * nc * 3].reshape(len(data), nc, 3)
+    return decode_base7(codes[rows])
+
+
 def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None = None,
             stacks: tuple[str, ...] = ("pyarrow", "polars", "duckdb")) -> dict:
     """k sampled, decoded unique configs of the largest layout graph (or ``graph_id``), warm, best of
-    ``repeat``, side by side: the old path (``load_graph`` of every config + ``node_config_feat(rows)``),
+    ``repeat``, side by side: the path before issue #14 (``schema1_sample`` on the graph written as
+    schema 1 stored it), today's ``load_graph`` of every config + ``node_config_feat(rows)``,
     ``Dataset.sample_configs`` and the docs/examples sampled readers. A new seed per call (no cache of
     the sample itself); the Dataset is opened once (its footers and index are warm, as in training)."""
+    import tempfile
+
     import tpuprep
 
     ds = tpuprep.open_dataset(shards)
@@ -75,6 +119,8 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
         layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
         graph_id = max(layout, key=lambda g: ds.graph_row(g)["num_unique_configs"])
     seeds = iter(range(10**6))
+    c_u = ds.num_unique_configs(graph_id)
+    nc = len(ds.load_graph(graph_id, configs=False).node_config_ids)
 
     def old_path():
         ds._cache.clear()  # the old path re-reads the graph for each sample (a cache holds ≤ 4 row groups)
@@ -86,10 +132,18 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
         return ds.sample_configs(graph_id, k, seed=next(seeds)).node_config_feat
 
     new_path()  # warm: footers, index, the graph's tie array
-    out = {"graph_id": graph_id, "k": k, "num_unique_configs": ds.graph_row(graph_id)["num_unique_configs"],
+    out = {"graph_id": graph_id, "k": k, "num_unique_configs": c_u,
            "old_load_graph_decode_s": _best(old_path, max(1, repeat // 3)),
            "sample_configs_s": _best(new_path, repeat)}
     check = ds.sample_configs(graph_id, k, seed=3)
+    with tempfile.TemporaryDirectory(prefix="schema1-") as tmp:
+        path = Path(tmp) / "configs.parquet"
+        out["schema1_configs_bytes"] = write_schema1_configs(ds, graph_id, path)
+        assert np.array_equal(schema1_sample(path, nc, check.rows), check.node_config_feat)
+        out["schema1_load_decode_s"] = _best(
+            lambda: schema1_sample(path, nc, np.random.default_rng(next(seeds)).choice(c_u, min(k, c_u), replace=False)),
+            max(1, repeat // 3))
+    out["speedup_vs_schema1"] = out["schema1_load_decode_s"] / out["sample_configs_s"]
     for name in stacks:
         module = _example(name)
         got = module.sample_configs(str(shards), graph_id, k, 3)

@@ -167,3 +167,16 @@ def test_tile_epochs_benchmark_runs(synth_shards):
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1"]
     assert len({line.split(", CPU")[0].split(": ", 1)[1] for line in lines}) == 1
+
+
+def test_sampled_read_benchmark_keeps_the_schema1_path_and_every_reader_agrees(synth_shards):
+    """benchmarks.reading: the read path before issue #14 (the graph's configs as schema 1 stored them,
+    read whole) is rebuilt from the shards and gives the sampled configs; every docs reader agrees
+    (the benchmark asserts each against sample_configs)."""
+    proc = run_module("benchmarks.reading", str(synth_shards))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["schema1_configs_bytes"] > 0 and res["num_unique_configs"] > 1
+    for key in ("schema1_load_decode_s", "old_load_graph_decode_s", "sample_configs_s", "pyarrow_s", "polars_s",
+                "duckdb_s", "speedup_vs_schema1"):
+        assert res[key] > 0, key
