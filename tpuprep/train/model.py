@@ -182,7 +182,6 @@ class ChunkCache:
     derived: np.ndarray | None = None
     summary: np.ndarray | None = None  # (B, N_SUMMARY) config-level features (features.config_summary)
 
-
     def nbytes(self) -> int:
         """Bytes of the arrays this cache holds beyond the batch (the caller's)."""
         arrays = [self.pooled, self.dgelu_q, self.u, self.dgelu_p0, self.derived, self.summary]
