@@ -225,6 +225,11 @@ def goals(res: dict) -> dict[str, dict]:
         if step in whole:
             v = whole[step]["whole_profile_min"]
             out[f"{step}: whole profile (min, x 1/fraction)"] = {"value": v, "goal": GOAL_MIN, "ok": v <= GOAL_MIN}
+            if "real_size_min_by_bytes" in whole[step]:
+                # the goal's own wording: the real ≈ 400 GB, where x 1/fraction scales this corpus's share of
+                # bytes (28 % at 1/4 of full: its first files per split are the large ones) to 452 GB
+                v = whole[step]["real_size_min_by_bytes"]
+                out[f"{step}: real-size dataset (min, by bytes)"] = {"value": v, "goal": GOAL_MIN, "ok": v <= GOAL_MIN}
         if step in res:
             workers = [p["peak_rss_mb"] for p in res[step]["processes"] if p["role"] == "worker"]
             rss = res[step].get("peak_worker_rss_mb") or max(workers, default=res[step]["peak_rss_mb"])

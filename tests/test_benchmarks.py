@@ -120,7 +120,10 @@ def test_scale_rehearsal_runs_every_step_on_a_fraction_of_tiny(tmp_path):
     whole = res["whole_dataset"]
     assert whole["count_factor"] == 2.0
     assert whole["build"]["whole_profile_min"] == round(res["build"]["wall_s"] * 2 / 60, 2)
-    assert {"build: peak worker RSS (MB)", "dask: whole profile (min, x 1/fraction)"} <= set(res["goals"])
+    assert {"build: peak worker RSS (MB)", "dask: whole profile (min, x 1/fraction)",
+            "build: real-size dataset (min, by bytes)"} <= set(res["goals"])
+    real = res["goals"]["build: real-size dataset (min, by bytes)"]
+    assert real["value"] == whole["build"]["real_size_min_by_bytes"] > 0
     assert (work / "model.npz").is_file()
 
 
