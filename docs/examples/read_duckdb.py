@@ -30,10 +30,13 @@ CONFIGS_EXTRA = {
 WIDTHS = {"node_feat": 140, "edge_index": 2, "config_feat": 24}
 
 
+DIGITS = (np.arange(7**6)[:, None] // 7 ** np.arange(6) % 7 - 1).astype(np.int8)  # (7**6, 6): code -> 6 values
+
+
 def decode_base7(codes: np.ndarray) -> np.ndarray:
-    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
-    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
-    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1, looked up in
+    DIGITS (several times faster than dividing every code six times)."""
+    return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
 def fetch_row(con: duckdb.DuckDBPyConnection, sql: str, files: str, graph_id: str) -> dict:

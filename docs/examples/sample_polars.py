@@ -16,11 +16,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+DIGITS = (np.arange(7**6)[:, None] // 7 ** np.arange(6) % 7 - 1).astype(np.int8)  # (7**6, 6): code -> 6 values
+
 
 def decode_base7(codes: np.ndarray) -> np.ndarray:
-    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1."""
-    digits = codes[..., None] // 7 ** np.arange(6, dtype=codes.dtype) % 7 - 1
-    return digits.reshape(*codes.shape[:-1], 18).astype(np.int8)
+    """(..., 3) base-7 codes -> (..., 18) int8 layouts: slot 6t+i = (code_t // 7**i) % 7 - 1, looked up in
+    DIGITS (several times faster than dividing every code six times)."""
+    return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
 @cache
