@@ -1,9 +1,10 @@
 """Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
-``graph_id`` and ``config_id.is_in(rows)``, which polars checks against each row group's statistics, so
-only the row groups holding a sampled config are decompressed. Only the shards whose graph range
-(``first_graph``..``last_graph`` in manifest.json) holds the graph are scanned: polars parses the footer
-of every file it scans, on every scan. The same rows and arrays as ``tpuprep``'s
-``Dataset.sample_configs(graph_id, k, seed)``.
+``graph_id`` and ``config_id.is_in(rows)``. polars skips the row groups whose ``graph_id`` statistics
+exclude the graph, so no other graph is decompressed; it does not check ``is_in`` against the
+``config_id`` statistics (polars 2.1: a range filter is pruned, a list is not), so the graph's own row
+groups are all read. Only the shards whose graph range (``first_graph``..``last_graph`` in
+manifest.json) holds the graph are scanned: polars parses the footer of every file it scans, on every
+scan. The same rows and arrays as ``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
 
 Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
