@@ -62,29 +62,27 @@ def _example(name: str):
     return module
 
 
-ROW_GROUP_BYTES = 128 << 20
-"""Schema 1's only cut of a configs row group: ``BuildOptions.row_group_bytes`` (its default)."""
-
-
 def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
     """The graph's configs as schema 1.x stored them (before issue #14): one row per unique config whose
     ``codes`` hold every configurable node's 3 int32 codes (nc·12 bytes, no tied columns), zstd level 3,
-    row groups cut only at 128 MB, so reading any config decompresses the graph's codes. Returns the
-    file's bytes. (Schema 1 also held config_id, runtime, group_size and first_index: read whole too.)"""
+    row groups cut only at ``BuildOptions.row_group_bytes``, so reading any config decompresses the
+    graph's codes. Returns the file's bytes. (Schema 1 also held config_id, runtime, group_size and
+    first_index: read whole too.)"""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from tpuprep.options import BuildOptions
+    from tpuprep.shards.writer import fixed_width_binary, rows_per_group
+
     g = ds.load_graph(graph_id)
-    codes = np.ascontiguousarray(g.config_codes, dtype="<i4").reshape(g.num_unique_configs, -1)
-    width = codes.shape[1] * 4
     table = pa.table({
         "config_id": pa.array(np.arange(g.num_unique_configs, dtype=np.int32)),
         "runtime": pa.array(g.config_runtime, pa.int64()),
         "group_size": pa.array(g.group_size, pa.int32()),
         "first_index": pa.array(g.first_index, pa.int32()),
-        "codes": pa.Array.from_buffers(pa.binary(width), len(codes), [None, pa.py_buffer(codes)]).cast(pa.binary()),
+        "codes": fixed_width_binary(g.config_codes.reshape(g.num_unique_configs, -1)),
     })
-    rows = max(1, ROW_GROUP_BYTES // max(1, table.nbytes // max(1, table.num_rows)))
+    rows = rows_per_group(table, BuildOptions().row_group_bytes)
     pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=rows)
     return path.stat().st_size
 

@@ -40,6 +40,7 @@ from .tpugraphs import (
     graph_id_of,
     is_safe_stem,
     selected,
+    unselected,
 )
 
 # sanity bounds far above the real maxima (n 43,615, nc 3,143, c 100,040): a header that claims more
@@ -111,10 +112,9 @@ class InputFile:
 def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
     """Raise UsageError for a ``--collections`` entry that names no collection (not an id nor a prefix of
     one, e.g. ``layout:xla:rand``) or a ``--splits`` entry that is not train, valid or test."""
-    for w in collections or ():
-        if not any(selected(c, [w]) for c in COLLECTIONS):
-            raise UsageError(f"--collections {w!r} names no collection (ids: {', '.join(COLLECTIONS)}; "
-                             "a prefix such as layout:xla or tile selects several)")
+    if unknown := unselected(collections):
+        raise UsageError(f"--collections {unknown[0]!r} names no collection (ids: {', '.join(COLLECTIONS)}; "
+                         "a prefix such as layout:xla or tile selects several)")
     for s in splits or ():
         if s not in SPLITS:
             raise UsageError(f"--splits {s!r} is not a split ({', '.join(SPLITS)})")

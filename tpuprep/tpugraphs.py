@@ -96,6 +96,17 @@ def selected(collection: str, wanted: Iterable[str] | None) -> bool:
     return any(collection == w or collection.startswith(w.rstrip(":") + ":") for w in wanted)
 
 
+def unselected(wanted: Iterable[str] | None) -> list[str]:
+    """The entries of ``wanted`` that select no collection (neither an id nor a prefix of one)."""
+    return [w for w in wanted or () if not any(selected(c, [w]) for c in COLLECTIONS)]
+
+
+def config_rows_within(num_config_nodes: int, max_bytes: int) -> int:
+    """Layout configs whose decoded values (num_config_nodes × LAYOUT_SLOTS int8 each) fit in
+    ``max_bytes``; at least 1."""
+    return max(1, max_bytes // max(1, num_config_nodes * LAYOUT_SLOTS))
+
+
 class ConfigCounts:
     """``num_configs`` (c) and ``num_unique_configs`` (c_u) of a graph record that holds
     ``config_inverse`` (c,) and ``group_size`` (c_u,): the converter's ``ConvertedGraph`` and the

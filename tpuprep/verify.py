@@ -62,6 +62,7 @@ from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import (
     FEATURE_STATS_COLUMNS,
     OPCODE_CONVOLUTION,
+    config_rows_within,
     graph_fold,
     selected,
 )
@@ -241,7 +242,7 @@ def _layout_configs(ds: Dataset, g: GraphRecord, problems: list[str]) -> tuple[G
     filled in, the digest of every unique config's values); None, with a problem, if the shards do not
     give configs 0..c_u−1 in order."""
     nc = len(g.node_config_ids)
-    per_block = max(1, VERIFY_BLOCK_BYTES // max(1, nc * 18))
+    per_block = config_rows_within(nc, VERIFY_BLOCK_BYTES)
     digests: list[bytes] = []
     columns: dict[str, list[np.ndarray]] = {"config_runtime": [], "config_runtime_spread": [], "group_size": [],
                                             "first_index": []}

@@ -18,7 +18,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     from ..build import build
     from ..options import BuildOptions
     from ..runners import make_runner
-    from ..runners.worker import tune_malloc
+    from ..runners.worker import as_converter
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
@@ -31,11 +31,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     started = time.perf_counter()
     runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
     if runner is not None and runner.name == "serial":
-        # this process converts the files itself (a library caller's process is left alone)
-        from ..kernels import keep_spare_store
-
-        tune_malloc()
-        keep_spare_store()
+        as_converter()  # this process converts the files itself
     try:
         report = build(src, dst, opts, collections=collections, splits=splits, collection=collection,
                        split=split, runner=runner, resume=resume, overwrite=overwrite, dry_run=dry_run,

@@ -56,12 +56,21 @@ def tune_malloc() -> bool:
     return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
 
 
-def warm_worker(threads: int = 1) -> None:
-    """Cap threads, tune malloc, keep layout store buffers between graphs (``kernels.keep_spare_store``)
-    and load every Numba kernel once, so no task pays a compile or cache load."""
-    cap_threads(threads)
-    tune_malloc()
-    from ..kernels import keep_spare_store, warm
+def as_converter() -> None:
+    """Set up this process to convert many files: tune malloc and keep layout store buffers between
+    graphs (``kernels.keep_spare_store``). Workers do it; so does the CLI's serial path (a library
+    caller's process is left alone)."""
+    from ..kernels import keep_spare_store
 
+    tune_malloc()
     keep_spare_store()
+
+
+def warm_worker(threads: int = 1) -> None:
+    """Cap threads, set up a converter (``as_converter``) and load every Numba kernel once, so no task
+    pays a compile or cache load."""
+    cap_threads(threads)
+    as_converter()
+    from ..kernels import warm
+
     warm()

@@ -256,6 +256,10 @@ def unique_config_columns(structure: GraphRecord) -> dict[str, np.ndarray | None
     return out
 
 
+def _nbytes(columns: dict[str, np.ndarray | None]) -> int:
+    return sum(a.nbytes for a in columns.values() if a is not None)
+
+
 DERIVED_BYTES = 64 << 20
 """Most bytes of derived per-unique-config columns a Dataset keeps for ``sample_configs`` (24 bytes per
 unique config: 2.4 MB for a graph of 100,000)."""
@@ -693,10 +697,9 @@ class Dataset:
         self._ties[graph_id] = structure.config_node_tie
         columns = unique_config_columns(structure)
         self._derived[graph_id] = columns
-        self._derived_bytes += sum(a.nbytes for a in columns.values() if a is not None)
+        self._derived_bytes += _nbytes(columns)
         while len(self._derived) > 1 and self._derived_bytes > DERIVED_BYTES:
-            _, old = self._derived.popitem(last=False)
-            self._derived_bytes -= sum(a.nbytes for a in old.values() if a is not None)
+            self._derived_bytes -= _nbytes(self._derived.popitem(last=False)[1])
         return columns
 
     def _layout_plan(self, graph_id: str, groups: list[tuple[Path, int]]) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.npz_writer import StreamedArray, prefetched, write_npy, write_npz
-from ..tpugraphs import selected
+from ..tpugraphs import selected, unselected
 from .configs import draw_choices
 from .constants import COLLECTIONS
 from .files import FileSpec, draw_layout_config_count, file_plan, layout_graph_for
@@ -138,8 +138,7 @@ def synthesize(
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(PROFILES)}")
-    unknown = [w for w in collections or () if not any(selected(c, [w]) for c in COLLECTIONS)]
-    if unknown:
+    if unknown := unselected(collections):
         raise ValueError(f"unknown collection(s) {unknown}; known: {list(COLLECTIONS)}")
     prof = PROFILES[profile]
     root = Path(dst)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import encode_base7
+from ..tpugraphs import config_rows_within
 from .features import ConfigDigest, PreparedGraph, modal_of, modal_rows, tile_bounds_set
 from .model import forward
 from .ranker import Ranker
@@ -37,9 +38,7 @@ nc = 455, 526 at nc = 3,541 (the largest graph of ``full``; 4,096 there would be
 def rows_per_block(nc: int | None) -> int:
     """Configs per streamed block: ``ROWS_PER_BLOCK``, fewer for a layout graph of ``nc`` configurable
     nodes whose block would pass ``BLOCK_BYTES`` (tile: ``nc`` None)."""
-    if nc is None:
-        return ROWS_PER_BLOCK
-    return max(1, min(ROWS_PER_BLOCK, BLOCK_BYTES // max(1, nc * 18)))
+    return ROWS_PER_BLOCK if nc is None else min(ROWS_PER_BLOCK, config_rows_within(nc, BLOCK_BYTES))
 
 
 def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
