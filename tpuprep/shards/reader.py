@@ -298,9 +298,16 @@ class _ShardIndex:
                     self.config_groups.append((stats.min, stats.max, path, rg))
         self.config_groups.sort()
         self._mins = [g[0] for g in self.config_groups]
+        self._found: dict[str, list[tuple[Path, int]]] = {}  # config_row_groups answers (the index is fixed)
 
     def config_row_groups(self, graph_id: str) -> list[tuple[Path, int]]:
-        """Row groups whose graph_id range covers ``graph_id`` (sorted, so a bisect finds them)."""
+        """Row groups whose graph_id range covers ``graph_id`` (sorted, so a bisect finds them), found
+        once per graph: the same list object on every call (do not modify it)."""
+        if graph_id not in self._found:
+            self._found[graph_id] = self._covering(graph_id)
+        return self._found[graph_id]
+
+    def _covering(self, graph_id: str) -> list[tuple[Path, int]]:
         lo = bisect.bisect_left(self._mins, graph_id)
         hi = bisect.bisect_right(self._mins, graph_id)
         out = [(rel, rg) for _, _, rel, rg in self.config_groups[lo:hi]]  # those starting at graph_id
@@ -705,7 +712,7 @@ class Dataset:
     def _layout_plan(self, graph_id: str, groups: list[tuple[Path, int]]) -> np.ndarray:
         """(g + 1,) int64: the first config_id of each of the graph's configs row groups, then c_u
         (from the footers; kept per graph)."""
-        if graph_id not in self._plans or self._plans[graph_id][0] != groups:
+        if graph_id not in self._plans or self._plans[graph_id][0] is not groups:
             sizes = [self._parquet(p).metadata.row_group(rg).num_rows for p, rg in groups]
             starts = np.zeros(len(groups) + 1, np.int64)
             np.cumsum(sizes, out=starts[1:])
