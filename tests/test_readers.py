@@ -233,6 +233,19 @@ def test_sampled_read_example_reproduces_sample_configs(stack, reader_cases, tmp
         assert_same_arrays(got, exp, f"sample_{stack}.py on {gid}")
 
 
+def test_sampled_cases_cover_shards_of_one_graph_and_of_several(reader_cases):
+    """sample_polars.py drops the graph_id filter when every configs shard holding the graph holds it
+    alone (manifest range first_graph == last_graph): the cases above must exercise both branches."""
+    alone = set()
+    for shards, gid in reader_cases:
+        table = "layout_configs" if gid.startswith("layout:") else "tile_configs"
+        ranges = [(s["first_graph"], s["last_graph"]) for s in json.loads((shards / "manifest.json").read_text())
+                  ["shards"] if s["table"] == table and s["first_graph"] <= gid <= s["last_graph"]]
+        assert ranges, gid
+        alone.add(all(first == last for first, last in ranges))
+    assert alone == {True, False}, alone
+
+
 def test_every_stack_has_an_example():
     assert sorted(p.stem.removeprefix("read_") for p in EXAMPLES.glob("read_*.py")) == sorted(STACKS)
     assert sorted(p.stem.removeprefix("sample_") for p in EXAMPLES.glob("sample_*.py")) == sorted(SAMPLERS)

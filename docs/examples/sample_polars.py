@@ -1,10 +1,12 @@
 """Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
-``graph_id`` and ``config_id.is_in(rows)``. polars skips the row groups whose ``graph_id`` statistics
-exclude the graph, so no other graph is decompressed; it does not check ``is_in`` against the
-``config_id`` statistics (polars 2.1: a range filter is pruned, a list is not), so the graph's own row
-groups are all read. Only the shards whose graph range (``first_graph``..``last_graph`` in
-manifest.json) holds the graph are scanned: polars parses the footer of every file it scans, on every
-scan. The same rows and arrays as ``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
+``config_id.is_in(rows)`` (and on ``graph_id`` when a shard holds other graphs too). polars skips the row
+groups whose ``graph_id`` statistics exclude the graph, so no other graph is decompressed; it does not
+check ``is_in`` against the ``config_id`` statistics (polars 2.1: a range filter is pruned, a list is
+not), so the graph's own row groups are all read: ``parallel="prefiltered"`` evaluates the filter first
+and decodes the other columns only where it holds. Only the shards whose graph range (``first_graph``..
+``last_graph`` in manifest.json) holds the graph are scanned (polars parses the footer of every file it
+scans, on every scan), and a graph's row (c_u, tie) is read once. The same rows and arrays as
+``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
 
 Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
@@ -33,34 +35,44 @@ def shard_ranges(shards: str) -> list[tuple[str, str, str, Path]]:
     return [(s["table"], s["first_graph"], s["last_graph"], Path(shards, s["path"])) for s in manifest["shards"]]
 
 
-def holding(shards: str, graph_id: str, table: str) -> list[Path]:
-    """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id``."""
-    paths = [p for t, first, last, p in shard_ranges(shards) if t.endswith(table) and first <= graph_id <= last]
-    if not paths:
+def holding(shards: str, graph_id: str, table: str) -> tuple[list[Path], bool]:
+    """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id``, and whether they
+    hold that graph alone (then no ``graph_id`` filter is needed)."""
+    found = [(p, first == last) for t, first, last, p in shard_ranges(shards)
+             if t.endswith(table) and first <= graph_id <= last]
+    if not found:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
-    return paths
+    return [p for p, _ in found], all(alone for _, alone in found)
 
 
-def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")).filter(pl.col("graph_id") == graph_id)
+@cache
+def graph_row(shards: str, graph_id: str) -> tuple[int, int, np.ndarray | None]:
+    """(c_u, nt, tie) of a graph from its ``*_graphs`` row, read once (nt and tie: layout only)."""
+    graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")[0]).filter(pl.col("graph_id") == graph_id)
              .select(pl.col("^(num_unique_configs|num_config_columns|config_node_tie)$")).collect())
     if graph.height != 1:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
-    unique = graph["num_unique_configs"].item()
+    if "config_node_tie" not in graph.columns:  # tile
+        return graph["num_unique_configs"].item(), 0, None
+    return (graph["num_unique_configs"].item(), graph["num_config_columns"].item(),
+            graph["config_node_tie"].explode().to_numpy())
+
+
+def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
+    unique, nt, tie = graph_row(shards, graph_id)
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
-    configs = (pl.scan_parquet(holding(shards, graph_id, "_configs"))
-               .filter((pl.col("graph_id") == graph_id) & pl.col("config_id").is_in(rows.tolist()))
-               .collect())
+    paths, alone = holding(shards, graph_id, "_configs")
+    wanted = pl.col("config_id").is_in(rows.tolist())
+    configs = (pl.scan_parquet(paths, parallel="prefiltered")
+               .filter(wanted if alone else (pl.col("graph_id") == graph_id) & wanted).collect())
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
     configs = configs[order.tolist()]  # back to the order drawn
     out = {"rows": rows}
     if configs["runtime"].null_count() == 0:  # null on the test split
         out["config_runtime"] = configs["runtime"].to_numpy()
-    if "codes" in configs.columns:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
-        width = 3 * graph["num_config_columns"].item()
-        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, width), endianness="little")
+    if tie is not None:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
+        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, 3 * nt), endianness="little")
         stored = codes.arr.explode().to_numpy().reshape(len(rows), -1, 3)
-        tie = graph["config_node_tie"].explode().to_numpy()
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         out["config_feat"] = configs["config_feat"].arr.explode().to_numpy().reshape(-1, 24)
