@@ -42,12 +42,19 @@ def run(shards: Path, src: Path, max_graphs: int = 200, seed: int = 0) -> dict:
             "speedup": t_npz / t_shards if t_shards else float("nan")}
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
+def _best_of_rounds(paths: dict, repeat: int, slow: frozenset = frozenset()) -> dict[str, float]:
+    """Best wall time (s) of each path (a callable) over ``repeat`` rounds: every path is timed once per
+    round, in a rotated order (the ``slow`` ones in every third round only), so a change of the machine's
+    speed during the run falls on every path alike and the ratios compare like with like."""
+    best = dict.fromkeys(paths, float("inf"))
+    names = list(paths)
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            if name in slow and r % 3:
+                continue
+            start = time.perf_counter()
+            paths[name]()
+            best[name] = min(best[name], time.perf_counter() - start)
     return best
 
 
@@ -106,8 +113,10 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     """k sampled, decoded unique configs of the largest layout graph (or ``graph_id``), warm, best of
     ``repeat``, side by side: the path before issue #14 (``schema1_sample`` on the graph written as
     schema 1 stored it), today's ``load_graph`` of every config + ``node_config_feat(rows)``,
-    ``Dataset.sample_configs`` and the docs/examples sampled readers. A new seed per call (no cache of
-    the sample itself); the Dataset is opened once (its footers and index are warm, as in training)."""
+    ``Dataset.sample_configs`` and the docs/examples sampled readers, timed in rounds
+    (``_best_of_rounds``: each path once per round; the two whole-graph paths every third round). A new
+    seed per call (no cache of the sample itself); the Dataset is opened once (its footers and index are
+    warm, as in training)."""
     import tempfile
 
     import tpuprep
@@ -130,23 +139,23 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
         return ds.sample_configs(graph_id, k, seed=next(seeds)).node_config_feat
 
     new_path()  # warm: footers, index, the graph's tie array
-    out = {"graph_id": graph_id, "k": k, "num_unique_configs": c_u,
-           "old_load_graph_decode_s": _best(old_path, max(1, repeat // 3)),
-           "sample_configs_s": _best(new_path, repeat)}
+    out = {"graph_id": graph_id, "k": k, "num_unique_configs": c_u}
     check = ds.sample_configs(graph_id, k, seed=3)
     with tempfile.TemporaryDirectory(prefix="schema1-") as tmp:
         path = Path(tmp) / "configs.parquet"
         out["schema1_configs_bytes"] = write_schema1_configs(ds, graph_id, path)
         assert np.array_equal(schema1_sample(path, nc, check.rows), check.node_config_feat)
-        out["schema1_load_decode_s"] = _best(
-            lambda: schema1_sample(path, nc, np.random.default_rng(next(seeds)).choice(c_u, min(k, c_u), replace=False)),
-            max(1, repeat // 3))
+        paths = {"sample_configs": new_path, "old_load_graph_decode": old_path,
+                 "schema1_load_decode": lambda: schema1_sample(
+                     path, nc, np.random.default_rng(next(seeds)).choice(c_u, min(k, c_u), replace=False))}
+        for name in stacks:
+            module = _example(name)
+            got = module.sample_configs(str(shards), graph_id, k, 3)  # also warms the example's caches
+            assert np.array_equal(got["node_config_feat"], check.node_config_feat), name
+            paths[name] = lambda m=module: m.sample_configs(str(shards), graph_id, k, next(seeds))
+        best = _best_of_rounds(paths, repeat, slow=frozenset({"old_load_graph_decode", "schema1_load_decode"}))
+    out.update({f"{name}_s": seconds for name, seconds in best.items()})
     out["speedup_vs_schema1"] = out["schema1_load_decode_s"] / out["sample_configs_s"]
-    for name in stacks:
-        module = _example(name)
-        got = module.sample_configs(str(shards), graph_id, k, 3)
-        assert np.array_equal(got["node_config_feat"], check.node_config_feat), name
-        out[f"{name}_s"] = _best(lambda m=module: m.sample_configs(str(shards), graph_id, k, next(seeds)), repeat)
     out["speedup"] = out["old_load_graph_decode_s"] / out["sample_configs_s"]
     for name in stacks:
         out[f"{name}_vs_sample_configs"] = out[f"{name}_s"] / out["sample_configs_s"]
@@ -154,7 +163,12 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
 
 
 if __name__ == "__main__":
+    import argparse
     import json
-    import sys
 
-    print(json.dumps(sampled(Path(sys.argv[1])), indent=1))
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.reading",
+                                 description="sampled reads of the largest layout graph (sampled())")
+    ap.add_argument("shards", type=Path)
+    ap.add_argument("--repeat", type=int, default=9, help="rounds (the whole-graph paths: every third)")
+    args = ap.parse_args()
+    print(json.dumps(sampled(args.shards, repeat=args.repeat), indent=1))
