@@ -183,3 +183,17 @@ def test_sampled_read_benchmark_keeps_the_schema1_path_and_every_reader_agrees(s
     for key in ("schema1_load_decode_s", "old_load_graph_decode_s", "sample_configs_s", "pyarrow_s", "polars_s",
                 "duckdb_s", "speedup_vs_schema1"):
         assert res[key] > 0, key
+
+
+def test_tau_streams_benchmark_trains_both_streams_for_the_same_steps(tmp_path):
+    """benchmarks.tau_streams: the pre-#14 trainer's stream (replayed through today's trainer) and
+    ConfigBatches' train the same number of steps per seed, each scored on the valid split."""
+    out = tmp_path / "s.json"
+    proc = run_module("benchmarks.tau_streams", "--work", str(tmp_path / "w"), "--profile", "tiny",
+                      "--epochs", "2", "--seeds", "0,1", "--jobs", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert sorted((r["stream"], r["seed"]) for r in res["runs"]) == [
+        ("configbatches", 0), ("configbatches", 1), ("legacy", 0), ("legacy", 1)]
+    assert len({r["steps"] for r in res["runs"]}) == 1 and res["runs"][0]["steps"] > 0
+    assert all(-1 <= r["tau"] <= 1 for r in res["runs"])
