@@ -197,3 +197,14 @@ def test_tau_streams_benchmark_trains_both_streams_for_the_same_steps(tmp_path):
         ("configbatches", 0), ("configbatches", 1), ("legacy", 0), ("legacy", 1)]
     assert len({r["steps"] for r in res["runs"]}) == 1 and res["runs"][0]["steps"] > 0
     assert all(-1 <= r["tau"] <= 1 for r in res["runs"])
+
+
+def test_block_layout_benchmark_checks_every_block_read_against_load_graph(synth_shards):
+    """benchmarks.block_layout: the permuted layout is written, and the pyarrow, polars and DuckDB block
+    reads each return k distinct configs equal to load_graph's (the benchmark asserts it) before timing."""
+    proc = run_module("benchmarks.block_layout", str(synth_shards), "--repeat", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["bytes_today_order"] > 0 and res["bytes_permuted"] > 0 and res["k"] >= 1
+    for key in ("sample_configs_s", "block_pyarrow_s", "block_polars_s", "block_duckdb_s"):
+        assert 0 < res[key] < 60, key
