@@ -276,7 +276,8 @@ class _ShardIndex:
 
     def __init__(self, shards: list[tuple[Path, str]], opener=open_parquet):
         self.graph_rows: dict[str, tuple[Path, int, int]] = {}
-        self.config_groups: list[tuple[str, str, Path, int]] = []  # (min id, max id, shard, row group)
+        # (min id, max id, shard, row group, rows) of every configs row group
+        self.config_groups: list[tuple[str, str, Path, int, int]] = []
         for path, table in shards:
             pf = opener(path)
             check_shard_schema(pf, path, table)
@@ -295,29 +296,33 @@ class _ShardIndex:
                 if meta.row_group(rg).num_rows:
                     if stats is None or not stats.has_min_max:
                         raise BadShards(f"{path}: row group {rg} has no graph_id statistics")
-                    self.config_groups.append((stats.min, stats.max, path, rg))
+                    self.config_groups.append((stats.min, stats.max, path, rg, meta.row_group(rg).num_rows))
         self.config_groups.sort()
         self._mins = [g[0] for g in self.config_groups]
-        self._found: dict[str, list[tuple[Path, int]]] = {}  # config_row_groups answers (the index is fixed)
+        self._plans: dict[str, tuple[list[tuple[Path, int]], np.ndarray]] = {}  # config_plan's answers
 
     def config_row_groups(self, graph_id: str) -> list[tuple[Path, int]]:
-        """Row groups whose graph_id range covers ``graph_id`` (sorted, so a bisect finds them), found
-        once per graph: the same list object on every call (do not modify it)."""
-        if graph_id not in self._found:
-            self._found[graph_id] = self._covering(graph_id)
-        return self._found[graph_id]
+        """(shard, row group) of every row group whose graph_id range covers ``graph_id``, sorted."""
+        return self.config_plan(graph_id)[0]
 
-    def _covering(self, graph_id: str) -> list[tuple[Path, int]]:
-        lo = bisect.bisect_left(self._mins, graph_id)
-        hi = bisect.bisect_right(self._mins, graph_id)
-        out = [(rel, rg) for _, _, rel, rg in self.config_groups[lo:hi]]  # those starting at graph_id
-        for i in range(lo - 1, -1, -1):  # and those starting before it that reach it (tile groups)
-            _lo_id, hi_id, rel, rg = self.config_groups[i]
-            if hi_id < graph_id:
-                break
-            out.append((rel, rg))
-        out.sort()  # by (path, row group); a layout graph's groups already are (one linear pass)
-        return out
+    def config_plan(self, graph_id: str) -> tuple[list[tuple[Path, int]], np.ndarray]:
+        """``config_row_groups`` and (g + 1,) int64 running row counts over them: for a layout graph
+        (whose row groups hold only it, config_id 0..c_u−1 in order) the first config_id of each row
+        group, then c_u. Found once per graph from the footers (a bisect over the sorted index); the
+        same objects on every call (do not modify them)."""
+        if graph_id not in self._plans:
+            lo = bisect.bisect_left(self._mins, graph_id)
+            hi = bisect.bisect_right(self._mins, graph_id)
+            found = self.config_groups[lo:hi]  # those starting at graph_id
+            for i in range(lo - 1, -1, -1):  # and those starting before it that reach it (tile groups)
+                if self.config_groups[i][1] < graph_id:
+                    break
+                found.append(self.config_groups[i])
+            found.sort(key=lambda g: (g[2], g[3]))  # by (path, row group); a layout graph's already are
+            starts = np.zeros(len(found) + 1, np.int64)
+            np.cumsum([g[4] for g in found], out=starts[1:])
+            self._plans[graph_id] = ([(g[2], g[3]) for g in found], starts)
+        return self._plans[graph_id]
 
 
 class Dataset:
@@ -344,7 +349,6 @@ class Dataset:
         self._cache_size = cache_row_groups
         self._files: dict[Path, pq.ParquetFile] = {}
         self._ties: dict[str, np.ndarray] = {}
-        self._plans: dict[str, tuple[list[tuple[Path, int]], np.ndarray]] = {}
         self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
         self._derived_bytes = 0
 
@@ -634,8 +638,7 @@ class Dataset:
         collection, split = self._where(graph_id)
         if collection_kind(collection) == "tile":
             return int(self.graph_row(graph_id)["num_unique_configs"])
-        groups = self._index(collection, split).config_row_groups(graph_id)
-        return int(self._layout_plan(graph_id, groups)[-1])
+        return int(self._index(collection, split).config_plan(graph_id)[1][-1])
 
     def config_runtimes(self, graph_id: str) -> np.ndarray | None:
         """(c_u,) int64 runtimes in ns of every unique config of a graph (row r is config_id r, the
@@ -676,7 +679,7 @@ class Dataset:
         ``read_configs``). ``derive``: a layout graph's per-config columns come from
         ``_derived_columns`` when ``columns`` is None (else they are read from the shards)."""
         collection, split = self._where(graph_id)
-        groups = self._index(collection, split).config_row_groups(graph_id)
+        groups, starts = self._index(collection, split).config_plan(graph_id)
         kind = collection_kind(collection)
         try:
             if kind == "layout":
@@ -684,8 +687,8 @@ class Dataset:
                     columns = self._derived_columns(graph_id)
                 elif graph_id not in self._ties:
                     self._ties[graph_id] = self.load_graph(graph_id, configs=False).config_node_tie
-                rows = choose(int(self._layout_plan(graph_id, groups)[-1]))
-                return self._sample_layout(graph_id, groups, rows, self._ties[graph_id], columns)
+                rows = choose(int(starts[-1]))
+                return self._sample_layout(graph_id, groups, starts, rows, self._ties[graph_id], columns)
             return self._sample_tile(graph_id, groups, choose)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):
@@ -709,19 +712,11 @@ class Dataset:
             self._derived_bytes -= _nbytes(self._derived.popitem(last=False)[1])
         return columns
 
-    def _layout_plan(self, graph_id: str, groups: list[tuple[Path, int]]) -> np.ndarray:
-        """(g + 1,) int64: the first config_id of each of the graph's configs row groups, then c_u
-        (from the footers; kept per graph)."""
-        if graph_id not in self._plans or self._plans[graph_id][0] is not groups:
-            sizes = [self._parquet(p).metadata.row_group(rg).num_rows for p, rg in groups]
-            starts = np.zeros(len(groups) + 1, np.int64)
-            np.cumsum(sizes, out=starts[1:])
-            self._plans[graph_id] = (groups, starts)
-        return self._plans[graph_id][1]
-
-    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], rows: np.ndarray,
-                       tie: np.ndarray, columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
-        starts = self._layout_plan(graph_id, groups)
+    def _sample_layout(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray,
+                       rows: np.ndarray, tie: np.ndarray,
+                       columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
+        """The configs ``rows`` of a layout graph whose row groups are ``groups`` with first config_ids
+        ``starts`` (``_ShardIndex.config_plan``): only the row groups holding a row are read."""
         sizes = np.diff(starts)
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
@@ -912,7 +907,7 @@ class Dataset:
             for start in range(0, len(want), rows_per_block):
                 yield want[start:start + rows_per_block]
             return
-        starts = self._layout_plan(graph_id, self._index(collection, split).config_row_groups(graph_id))
+        starts = self._index(collection, split).config_plan(graph_id)[1]
         where = np.searchsorted(starts, want, side="right") - 1
         sizes = np.diff(starts)
         first, read, groups = 0, 0, set()
