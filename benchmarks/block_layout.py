@@ -5,7 +5,7 @@ uniformly (one of the issue's ideas), against today's layout on the same graph.
 ``python -m benchmarks.block_layout SHARDS [--graph GID] [--k 64] [--repeat 30]``
 
 1. The graph's configs (today's columns, read whole from its shard) are written twice with the shard
-   writer's Parquet options and today's rows per row group: in today's order (config_id), and permuted
+   writer's Parquet options (``writer.parquet_options``) and today's rows per row group: in today's order (config_id), and permuted
    (``default_rng(0).permutation(c_u)``) with ``position`` (int32 0..c_u-1, statistics on). Bytes of both.
 2. Timed in rounds (``reading._best_of_rounds``; a new draw per call), each returning k configs decoded to
    (k, nc, 18) int8: ``Dataset.sample_configs`` (today: k rows anywhere in the graph), and a block of k
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .reading import _best_of_rounds
+from .reading import _best_of_rounds, largest_layout_graph
 
 
 def write_both(ds, graph_id: str, folder: Path) -> tuple[Path, Path, int]:
@@ -35,23 +35,22 @@ def write_both(ds, graph_id: str, folder: Path) -> tuple[Path, Path, int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tpuprep.shards.schema import table_schema
+    from tpuprep.options import BuildOptions
+    from tpuprep.shards.writer import parquet_options
 
     groups = ds._index(*ds._where(graph_id)).config_row_groups(graph_id)
     paths = sorted({p for p, _ in groups})
     table = pa.concat_tables(pq.ParquetFile(p).read_row_groups([rg for q, rg in groups if q == p]) for p in paths)
     rows = pq.ParquetFile(groups[0][0]).metadata.row_group(groups[0][1]).num_rows
-    opts = table_schema("layout_configs").parquet_options()
-    common = {"compression": "zstd", "compression_level": 3, "write_page_index": True,
-              "write_page_checksum": True, "row_group_size": rows, "use_dictionary": opts["use_dictionary"]}
+    opts = parquet_options("layout_configs", BuildOptions().compression_level)
     today, permuted = folder / "today.parquet", folder / "permuted.parquet"
-    pq.write_table(table, today, column_encoding=opts["column_encoding"],
-                   write_statistics=opts["write_statistics"], **common)
+    pq.write_table(table, today, row_group_size=rows, **opts)
     perm = np.random.default_rng(0).permutation(table.num_rows)
     shuffled = table.take(pa.array(perm)).append_column(
         "position", pa.array(np.arange(table.num_rows, dtype=np.int32)))
-    pq.write_table(shuffled, permuted, column_encoding={**opts["column_encoding"], "position": "DELTA_BINARY_PACKED"},
-                   write_statistics=opts["write_statistics"] + ["position"], **common)
+    opts["column_encoding"] = {**opts["column_encoding"], "position": "DELTA_BINARY_PACKED"}
+    opts["write_statistics"] = [*opts["write_statistics"], "position"]
+    pq.write_table(shuffled, permuted, row_group_size=rows, **opts)
     return today, permuted, rows
 
 
@@ -64,9 +63,7 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
     from tpuprep import decode_base7
 
     ds = tpuprep.open_dataset(shards)
-    if graph_id is None:
-        layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
-        graph_id = max(layout, key=lambda g: ds.graph_row(g)["num_unique_configs"])
+    graph_id = graph_id or largest_layout_graph(ds)
     structure = ds.load_graph(graph_id, configs=False)
     c_u, tie = structure.num_unique_configs, np.asarray(structure.config_node_tie)
     k = min(k, c_u)

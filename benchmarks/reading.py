@@ -58,6 +58,12 @@ def _best_of_rounds(paths: dict, repeat: int, slow: frozenset = frozenset()) -> 
     return best
 
 
+def largest_layout_graph(ds) -> str:
+    """The layout graph of ``ds`` with the most unique configs (vgg19 on ``bench``)."""
+    layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
+    return max(layout, key=lambda g: ds.graph_row(g)["num_unique_configs"])
+
+
 def _example(name: str):
     """A docs/examples sampled-read script as a module (pure pyarrow / polars / DuckDB, no tpuprep)."""
     import importlib.util
@@ -122,9 +128,7 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     import tpuprep
 
     ds = tpuprep.open_dataset(shards)
-    if graph_id is None:
-        layout = [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
-        graph_id = max(layout, key=lambda g: ds.graph_row(g)["num_unique_configs"])
+    graph_id = graph_id or largest_layout_graph(ds)
     seeds = iter(range(10**6))
     c_u = ds.num_unique_configs(graph_id)
     nc = len(ds.load_graph(graph_id, configs=False).node_config_ids)

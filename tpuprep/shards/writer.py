@@ -203,15 +203,17 @@ def _chunked(array: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
 # --------------------------------------------------------------------------- files
 
 
+def parquet_options(table: str, compression_level: int) -> dict:
+    """The ``pyarrow.parquet`` writer options of a shard of ``table``: zstd, page index, stored Arrow
+    schema, and a CRC-32 checksum in every page header, which the reader verifies (a flipped byte fails
+    loudly instead of decoding to wrong values), plus the table's per-column encodings and statistics."""
+    return {"compression": "zstd", "compression_level": compression_level, "write_page_index": True,
+            "write_page_checksum": True, "store_schema": True, **table_schema(table).parquet_options()}
+
+
 def _writer(path: Path, table: str, compression_level: int) -> pq.ParquetWriter:
-    """A Parquet writer for one shard of ``table``: zstd, page index, stored Arrow schema, and a CRC-32
-    checksum in every page header, which the reader verifies (a flipped byte fails loudly instead of
-    decoding to wrong values)."""
-    ts = table_schema(table)
-    return pq.ParquetWriter(
-        path, ts.arrow, compression="zstd", compression_level=compression_level,
-        write_page_index=True, write_page_checksum=True, store_schema=True, **ts.parquet_options(),
-    )
+    """A Parquet writer for one shard of ``table`` (``parquet_options``)."""
+    return pq.ParquetWriter(path, table_schema(table).arrow, **parquet_options(table, compression_level))
 
 
 PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
