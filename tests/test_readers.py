@@ -234,16 +234,17 @@ def test_sampled_read_example_reproduces_sample_configs(stack, reader_cases, tmp
 
 
 def test_sampled_cases_cover_shards_of_one_graph_and_of_several(reader_cases):
-    """sample_polars.py drops the graph_id filter when every configs shard holding the graph holds it
-    alone (manifest range first_graph == last_graph): the cases above must exercise both branches."""
-    alone = set()
+    """sample_polars.py filters on row numbers when one configs shard holds the graph alone (manifest
+    range first_graph == last_graph), else on graph_id and config_id: the cases above must exercise both."""
+    branches = set()
     for shards, gid in reader_cases:
         table = "layout_configs" if gid.startswith("layout:") else "tile_configs"
         ranges = [(s["first_graph"], s["last_graph"]) for s in json.loads((shards / "manifest.json").read_text())
                   ["shards"] if s["table"] == table and s["first_graph"] <= gid <= s["last_graph"]]
         assert ranges, gid
-        alone.add(all(first == last for first, last in ranges))
-    assert alone == {True, False}, alone
+        alone = all(first == last for first, last in ranges)
+        branches.add("row numbers" if alone and len(ranges) == 1 else "graph_id and config_id")
+    assert branches == {"row numbers", "graph_id and config_id"}, branches
 
 
 def test_every_stack_has_an_example():

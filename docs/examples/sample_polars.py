@@ -1,12 +1,14 @@
 """Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
-``config_id.is_in(rows)`` (and on ``graph_id`` when a shard holds other graphs too). polars skips the row
-groups whose ``graph_id`` statistics exclude the graph, so no other graph is decompressed; it does not
-check ``is_in`` against the ``config_id`` statistics (polars 2.1: a range filter is pruned, a list is
-not), so the graph's own row groups are all read: ``parallel="prefiltered"`` evaluates the filter first
-and decodes the other columns only where it holds. Only the shards whose graph range (``first_graph``..
-``last_graph`` in manifest.json) holds the graph are scanned (polars parses the footer of every file it
-scans, on every scan), and a graph's row (c_u, tie) is read once. The same rows and arrays as
-``tpuprep``'s ``Dataset.sample_configs(graph_id, k, seed)``.
+``graph_id`` and ``config_id.is_in(rows)``, or, when one shard holds the graph alone, on the row numbers
+(``row_index_name``: its rows are config_id 0..c_u-1 in order, so polars need not read ``config_id`` to
+filter; the ids read are checked). polars skips the row groups whose ``graph_id`` statistics exclude the
+graph, so no other graph is decompressed; it does not check ``is_in`` against the ``config_id``
+statistics (polars 2.1: a range filter is pruned, a list is not), so the graph's own row groups are all
+read: ``parallel="prefiltered"`` evaluates the filter first and decodes the other columns only where it
+holds. Only the shards whose graph range (``first_graph``..``last_graph`` in manifest.json) holds the
+graph are scanned (polars parses the footer of every file it scans, on every scan), and a graph's row
+(c_u, tie) is read once. The same rows and arrays as ``tpuprep``'s ``Dataset.sample_configs(graph_id, k,
+seed)``.
 
 Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
@@ -37,7 +39,7 @@ def shard_ranges(shards: str) -> list[tuple[str, str, str, Path]]:
 
 def holding(shards: str, graph_id: str, table: str) -> tuple[list[Path], bool]:
     """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id``, and whether they
-    hold that graph alone (then no ``graph_id`` filter is needed)."""
+    hold that graph alone."""
     found = [(p, first == last) for t, first, last, p in shard_ranges(shards)
              if t.endswith(table) and first <= graph_id <= last]
     if not found:
@@ -62,9 +64,14 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     unique, nt, tie = graph_row(shards, graph_id)
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
     paths, alone = holding(shards, graph_id, "_configs")
-    wanted = pl.col("config_id").is_in(rows.tolist())
-    configs = (pl.scan_parquet(paths, parallel="prefiltered")
-               .filter(wanted if alone else (pl.col("graph_id") == graph_id) & wanted).collect())
+    if alone and len(paths) == 1:  # the shard is this graph's rows, config_id 0..c_u-1: filter on row numbers
+        configs = (pl.scan_parquet(paths[0], row_index_name="row", parallel="prefiltered")
+                   .filter(pl.col("row").is_in(rows.tolist())).drop("row").collect())
+    else:
+        configs = (pl.scan_parquet(paths, parallel="prefiltered")
+                   .filter((pl.col("graph_id") == graph_id) & pl.col("config_id").is_in(rows.tolist())).collect())
+    if not np.array_equal(configs["config_id"].to_numpy(), np.sort(rows)):
+        raise ValueError(f"{graph_id}: the configs read are not config_id {sorted(rows.tolist())}")
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
     configs = configs[order.tolist()]  # back to the order drawn
     out = {"rows": rows}
