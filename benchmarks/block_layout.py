@@ -12,7 +12,8 @@ uniformly (one of the issue's ideas), against today's layout on the same graph.
    consecutive positions read by pyarrow (the one or two row groups holding it; the file opened once, as
    ``sample_configs`` keeps its shards open), by polars (``position.is_between``, which polars prunes
    by the row-group statistics) and by DuckDB (``WHERE position BETWEEN``). Each block read is checked
-   against ``load_graph``.
+   against ``load_graph``. Also a polars and a DuckDB query that no row group can match (footer and
+   planning alone: what each generic query pays before reading a row).
 
 A block is a uniform draw of k distinct configs, but two draws are not independent: a config only ever
 shares a batch with its neighbours in the stored permutation.
@@ -106,7 +107,11 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
             return ds.sample_configs(graph_id, k, seed=next(draws)).node_config_feat
 
         paths = {"sample_configs": today_sample, "block_pyarrow": block_pyarrow, "block_polars": block_polars,
-                 "block_duckdb": block_duckdb}
+                 "block_duckdb": block_duckdb,
+                 # what a query costs the generic readers before it reads a row: one no row group can match
+                 "no_match_polars": lambda: pl.scan_parquet(permuted).filter(pl.col("position") < 0).collect(),
+                 "no_match_duckdb": lambda: con.execute("SELECT config_id, runtime, codes FROM read_parquet(?) "
+                                                        "WHERE position < 0", [str(permuted)]).fetchnumpy()}
         full = ds.load_graph(graph_id)
         for name in ("block_pyarrow", "block_polars", "block_duckdb"):
             ids, feats = paths[name](c_u - k)  # the last block: it may span two row groups

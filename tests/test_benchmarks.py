@@ -208,3 +208,14 @@ def test_block_layout_benchmark_checks_every_block_read_against_load_graph(synth
     assert res["bytes_today_order"] > 0 and res["bytes_permuted"] > 0 and res["k"] >= 1
     for key in ("sample_configs_s", "block_pyarrow_s", "block_polars_s", "block_duckdb_s"):
         assert 0 < res[key] < 60, key
+
+
+def test_read_alternatives_benchmark_checks_what_each_read_returns(synth_shards):
+    """benchmarks.read_alternatives: every pyarrow and polars path returns the rows it should (the benchmark
+    asserts it) before it is timed."""
+    proc = run_module("benchmarks.read_alternatives", str(synth_shards), "--repeat", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    for key in ("pyarrow_file_s", "pyarrow_in_memory_s", "polars_no_match_s", "polars_is_in_s", "polars_gather_s"):
+        assert 0 < res[key] < 60, key
+    assert ("polars_row_index_s" in res) == res["graph_fills_its_shard"]

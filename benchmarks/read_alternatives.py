@@ -1,0 +1,97 @@
+"""What else a sampled read of today's layout could do, measured (RESULTS.md §17): where pyarrow's time
+goes, and which polars filters prune row groups.
+
+``python -m benchmarks.read_alternatives SHARDS [--graph GID] [--k 64] [--repeat 20]``
+
+On the layout graph with the most unique configs (or ``--graph``), k rows drawn as ``sample_configs``
+draws them, every path timed in rounds (``reading._best_of_rounds``, the same rows each time):
+
+- pyarrow ``read_row_groups`` of the row groups holding the rows (``config_id`` and ``codes``, what
+  ``sample_configs`` reads) from the shard file, and from the same file's bytes already in memory;
+- polars over the graph's configs shard: a filter no row group can match (the footer alone), the
+  ``config_id`` column of every row, a range filter (one row group), the sampled read's
+  ``config_id.is_in(rows)``, the same rows as ``OR``-ed equalities, as ``row_index`` values (only when
+  the graph fills its shard, as the docs' polars example does then) and ``gather``. Each returns the rows
+  it should (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import operator
+from pathlib import Path
+
+import numpy as np
+
+from .reading import _best_of_rounds, largest_layout_graph
+
+
+def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int = 20) -> dict:
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import tpuprep
+    from tpuprep.shards.reader import sample_rows
+
+    ds = tpuprep.open_dataset(shards)
+    graph_id = graph_id or largest_layout_graph(ds)
+    groups, starts = ds._index(*ds._where(graph_id)).config_plan(graph_id)
+    path = groups[0][0]
+    fills = bool({p for p, _ in groups} == {path} and pq.ParquetFile(path).metadata.num_rows == starts[-1])
+    rows = np.sort(sample_rows(int(starts[-1]), k, 0))
+    rgs = [groups[i][1] for i in np.unique(np.searchsorted(starts, rows, side="right") - 1)]
+    on_file = pq.ParquetFile(path, page_checksum_verification=True)
+    in_memory = pq.ParquetFile(pa.BufferReader(pa.py_buffer(Path(path).read_bytes())),
+                               page_checksum_verification=True)
+    config_id, wanted = pl.col("config_id"), rows.tolist()
+
+    def scan(predicate=None, select=None, **options):
+        frame = pl.scan_parquet(path, **options)
+        frame = frame if predicate is None else frame.filter(predicate)
+        return (frame if select is None else frame.select(select)).collect()
+
+    paths = {
+        "pyarrow_file": lambda: on_file.read_row_groups(rgs, columns=["config_id", "codes"], use_threads=False),
+        "pyarrow_in_memory": lambda: in_memory.read_row_groups(rgs, columns=["config_id", "codes"],
+                                                               use_threads=False),
+        "polars_no_match": lambda: scan(config_id == -1),
+        "polars_config_id_column": lambda: scan(select="config_id"),
+        "polars_one_range": lambda: scan(config_id.is_between(int(rows[0]), int(rows[0]) + k - 1)),
+        "polars_is_in": lambda: scan(config_id.is_in(wanted)),
+        "polars_or_equal": lambda: scan(functools.reduce(operator.or_, [config_id == r for r in wanted])),
+        "polars_gather": lambda: scan(select=pl.all().gather(wanted)),
+    }
+    if fills:  # the shard's row numbers are the graph's config ids
+        paths["polars_row_index"] = lambda: scan(pl.col("r").is_in(wanted), row_index_name="r")
+    expect = {"pyarrow_file": len(rows), "pyarrow_in_memory": len(rows), "polars_no_match": 0,
+              "polars_config_id_column": int(starts[-1]), "polars_is_in": len(rows), "polars_or_equal": len(rows),
+              "polars_row_index": len(rows), "polars_gather": len(rows)}
+    for name, n in expect.items():
+        if name not in paths:
+            continue
+        got = paths[name]()
+        count = got.num_rows if hasattr(got, "num_rows") else got.height
+        if name.startswith("pyarrow"):
+            count = int(np.isin(got.column("config_id").to_numpy(), rows).sum())
+        assert count == n, (name, count, n)
+    best = _best_of_rounds(paths, repeat)
+    return {"graph_id": graph_id, "k": len(rows), "row_groups_read": len(rgs), "graph_row_groups": len(groups),
+            "graph_fills_its_shard": fills,
+            **{f"{name}_s": seconds for name, seconds in best.items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.read_alternatives")
+    ap.add_argument("shards", type=Path)
+    ap.add_argument("--graph", default=None)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=20, help="rounds")
+    args = ap.parse_args()
+    print(json.dumps(measure(args.shards, args.graph, args.k, args.repeat), indent=1))
+
+
+if __name__ == "__main__":
+    main()
