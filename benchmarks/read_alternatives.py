@@ -10,9 +10,10 @@ draws them, every path timed in rounds (``reading._best_of_rounds``, the same ro
   ``sample_configs`` reads) from the shard file, and from the same file's bytes already in memory;
 - polars over the graph's configs shard: a filter no row group can match (the footer alone), the
   ``config_id`` column of every row, a range filter (one row group), the sampled read's
-  ``config_id.is_in(rows)``, the same rows as ``OR``-ed equalities, as ``row_index`` values (only when
-  the graph fills its shard, as the docs' polars example does then) and ``gather``. Each returns the rows
-  it should (checked).
+  ``config_id.is_in(rows)``, the same rows as ``OR``-ed equalities, as ``row_index`` values (in-memory
+  and streaming engine) and as one 1-row ``slice`` per row collected at once on one kept LazyFrame (what
+  the docs' polars example does; both only when the graph fills its shard), and ``gather``. Each returns
+  the rows it should (checked).
 """
 
 from __future__ import annotations
@@ -65,10 +66,16 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
         "polars_gather": lambda: scan(select=pl.all().gather(wanted)),
     }
     if fills:  # the shard's row numbers are the graph's config ids
+        kept = pl.scan_parquet(path)  # one LazyFrame, as docs/examples/sample_polars.py keeps per shard
         paths["polars_row_index"] = lambda: scan(pl.col("r").is_in(wanted), row_index_name="r")
+        paths["polars_row_index_streaming"] = lambda: (pl.scan_parquet(path, row_index_name="r")
+                                                       .filter(pl.col("r").is_in(wanted)).collect(engine="streaming"))
+        paths["polars_slices"] = lambda: pl.concat(pl.collect_all([kept.slice(r, 1) for r in wanted],
+                                                                  engine="streaming"))
     expect = {"pyarrow_file": len(rows), "pyarrow_in_memory": len(rows), "polars_no_match": 0,
               "polars_config_id_column": int(starts[-1]), "polars_is_in": len(rows), "polars_or_equal": len(rows),
-              "polars_row_index": len(rows), "polars_gather": len(rows)}
+              "polars_row_index": len(rows), "polars_row_index_streaming": len(rows), "polars_slices": len(rows),
+              "polars_gather": len(rows)}
     for name, n in expect.items():
         if name not in paths:
             continue
@@ -77,6 +84,8 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
         if name.startswith("pyarrow"):
             count = int(np.isin(got.column("config_id").to_numpy(), rows).sum())
         assert count == n, (name, count, n)
+        if name.startswith("polars") and n == len(rows):  # the sampled rows themselves, not just as many
+            assert np.array_equal(np.sort(got["config_id"].to_numpy()), rows), name
     best = _best_of_rounds(paths, repeat)
     return {"graph_id": graph_id, "k": len(rows), "row_groups_read": len(rgs), "graph_row_groups": len(groups),
             "graph_fills_its_shard": fills,

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
@@ -234,17 +235,48 @@ def test_sampled_read_example_reproduces_sample_configs(stack, reader_cases, tmp
 
 
 def test_sampled_cases_cover_shards_of_one_graph_and_of_several(reader_cases):
-    """sample_polars.py filters on row numbers when one configs shard holds the graph alone (manifest
-    range first_graph == last_graph), else on graph_id and config_id: the cases above must exercise both."""
+    """sample_duckdb.py drops the graph_id filter when one configs shard holds the graph alone (manifest
+    range first_graph == last_graph) and keeps it otherwise: the cases above must exercise both."""
     branches = set()
     for shards, gid in reader_cases:
         table = "layout_configs" if gid.startswith("layout:") else "tile_configs"
         ranges = [(s["first_graph"], s["last_graph"]) for s in json.loads((shards / "manifest.json").read_text())
                   ["shards"] if s["table"] == table and s["first_graph"] <= gid <= s["last_graph"]]
         assert ranges, gid
-        alone = all(first == last for first, last in ranges)
-        branches.add("row numbers" if alone and len(ranges) == 1 else "graph_id and config_id")
-    assert branches == {"row numbers", "graph_id and config_id"}, branches
+        branches.add("alone" if len(ranges) == 1 and ranges[0][0] == ranges[0][1] else "graph_id filter")
+    assert branches == {"alone", "graph_id filter"}, branches
+
+
+def test_sample_polars_slices_a_graph_after_others_in_its_shard(tmp_path):
+    """sample_polars.py reads layout config r at row first + r of the graph's shard. tpuprep writes one
+    layout graph per configs shard (first = 0), so a shard holding two graphs is made here by hand: the
+    second graph's sample is read after the first graph's rows, equal to what was written."""
+    example = _load_example("polars", prefix="sample")
+    rng = np.random.default_rng(7)
+    tie = np.array([0, 1, 1, 0, 2])  # nc = 5 nodes, nt = 3 stored columns
+    codes = {"g1": rng.integers(0, 7**6, (3, 3, 3)), "g2": rng.integers(0, 7**6, (9, 3, 3))}
+    ids = [f"layout:x:a:{g}" for g in codes]
+    pq.write_table(pa.table({
+        "graph_id": ids, "num_unique_configs": [len(c) for c in codes.values()], "num_config_columns": [3, 3],
+        "config_node_tie": [tie.tolist()] * 2}), tmp_path / "graphs.parquet")
+    pq.write_table(pa.table({
+        "graph_id": [i for i, c in zip(ids, codes.values(), strict=True) for _ in c],
+        "config_id": np.concatenate([np.arange(len(c)) for c in codes.values()]).astype(np.int32),
+        "runtime": np.arange(12, dtype=np.int64) * 10,
+        "codes": [row.astype("<i4").tobytes() for c in codes.values() for row in c]}),
+        tmp_path / "configs.parquet", row_group_size=2)
+    (tmp_path / "manifest.json").write_text(json.dumps({"shards": [
+        {"table": f"layout_{t}", "first_graph": ids[0], "last_graph": ids[1], "path": f"{t}.parquet"}
+        for t in ("graphs", "configs")]}))
+    assert example.configs_start(str(tmp_path), ids[1]) == (tmp_path / "configs.parquet", 3)
+    got = example.sample_configs(str(tmp_path), ids[1], 4, seed=1)
+    rows = np.random.default_rng(1).choice(9, 4, replace=False)
+    assert np.array_equal(got["rows"], rows)
+    assert np.array_equal(got["config_runtime"], (3 + rows) * 10)
+    digits = codes["g2"][rows][:, tie, :, None] // 7 ** np.arange(6) % 7 - 1  # (4, nc, 3, 6)
+    assert np.array_equal(got["node_config_feat"], digits.reshape(4, 5, 18).astype(np.int8))
+    with pytest.raises(KeyError):
+        example.configs_start(str(tmp_path), "layout:x:a:g15")  # in the shard's range, not in the shard
 
 
 def test_every_stack_has_an_example():
@@ -261,8 +293,8 @@ def test_examples_fail_loudly_on_an_unknown_graph(mixed_shards, tmp_path):
         assert proc.returncode != 0 and "KeyError" in proc.stderr, (stack, proc.stderr[-2000:])
 
 
-def _load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"read_{name}.py")
+def _load_example(name: str, prefix: str = "read"):
+    spec = importlib.util.spec_from_file_location(f"example_{prefix}_{name}", EXAMPLES / f"{prefix}_{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

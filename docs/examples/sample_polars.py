@@ -1,14 +1,13 @@
-"""Sample k unique configs of one graph with polars (no tpuprep needed): ``scan_parquet`` with a filter on
-``graph_id`` and ``config_id.is_in(rows)``, or, when one shard holds the graph alone, on the row numbers
-(``row_index_name``: its rows are config_id 0..c_u-1 in order, so polars need not read ``config_id`` to
-filter; the ids read are checked). polars skips the row groups whose ``graph_id`` statistics exclude the
-graph, so no other graph is decompressed; it does not check ``is_in`` against the ``config_id``
-statistics (polars 2.1: a range filter is pruned, a list is not), so the graph's own row groups are all
-read: ``parallel="prefiltered"`` evaluates the filter first and decodes the other columns only where it
-holds. Only the shards whose graph range (``first_graph``..``last_graph`` in manifest.json) holds the
-graph are scanned (polars parses the footer of every file it scans, on every scan), and a graph's row
-(c_u, tie) is read once. The same rows and arrays as ``tpuprep``'s ``Dataset.sample_configs(graph_id, k,
-seed)``.
+"""Sample k unique configs of one graph with polars (no tpuprep needed). A graph's rows never span two
+shards and are sorted by config_id 0..c_u-1 (docs/schema.md), so config r of a layout graph is row
+``first + r`` of its one configs shard: the example collects a 1-row ``slice`` per drawn row, all at once
+(``pl.collect_all``) on one kept ``scan_parquet`` of the shard, so polars reads only the row groups holding
+a drawn row and parses the shard's footer once. (A filter ``config_id.is_in(rows)`` would read every row
+group of the graph: polars 2.1 prunes row groups on a range but not on a list.) Tile graphs are small: a
+filter on ``graph_id`` and ``config_id``. The graph ids and config ids read are checked. The shard is the
+one whose graph range (``first_graph``..``last_graph`` in manifest.json) holds the graph, and a graph's
+row (c_u, tie) and first row are read once. The same rows and arrays as ``tpuprep``'s
+``Dataset.sample_configs(graph_id, k, seed)``.
 
 Usage: python sample_polars.py SHARDS GRAPH_ID OUT [K [SEED]]  -> OUT/<name>.npy
 """
@@ -37,20 +36,37 @@ def shard_ranges(shards: str) -> list[tuple[str, str, str, Path]]:
     return [(s["table"], s["first_graph"], s["last_graph"], Path(shards, s["path"])) for s in manifest["shards"]]
 
 
-def holding(shards: str, graph_id: str, table: str) -> tuple[list[Path], bool]:
-    """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id``, and whether they
-    hold that graph alone."""
-    found = [(p, first == last) for t, first, last, p in shard_ranges(shards)
-             if t.endswith(table) and first <= graph_id <= last]
+def holding(shards: str, graph_id: str, table: str) -> list[Path]:
+    """The ``*_graphs`` or ``*_configs`` shards whose graph range holds ``graph_id`` (one per split at
+    most; the graph is in one of them)."""
+    found = [p for t, first, last, p in shard_ranges(shards) if t.endswith(table) and first <= graph_id <= last]
     if not found:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
-    return [p for p, _ in found], all(alone for _, alone in found)
+    return found
+
+
+@cache
+def scan(path: Path) -> pl.LazyFrame:
+    """One lazy scan per shard, kept: the queries built on it reuse the footer polars parsed once."""
+    return pl.scan_parquet(path)
+
+
+@cache
+def configs_start(shards: str, graph_id: str) -> tuple[Path, int]:
+    """The configs shard holding the graph, and the row number there of its config 0 (the rows of the
+    graphs before it come first); read once."""
+    for path in holding(shards, graph_id, "_configs"):
+        first = (scan(path).with_row_index("row").filter(pl.col("graph_id") == graph_id)
+                 .select(pl.col("row").min()).collect().item())
+        if first is not None:
+            return path, first
+    raise KeyError(f"no configs of graph {graph_id!r} in {shards}")
 
 
 @cache
 def graph_row(shards: str, graph_id: str) -> tuple[int, int, np.ndarray | None]:
     """(c_u, nt, tie) of a graph from its ``*_graphs`` row, read once (nt and tie: layout only)."""
-    graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")[0]).filter(pl.col("graph_id") == graph_id)
+    graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")).filter(pl.col("graph_id") == graph_id)
              .select(pl.col("^(num_unique_configs|num_config_columns|config_node_tie)$")).collect())
     if graph.height != 1:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
@@ -63,15 +79,15 @@ def graph_row(shards: str, graph_id: str) -> tuple[int, int, np.ndarray | None]:
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     unique, nt, tie = graph_row(shards, graph_id)
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
-    paths, alone = holding(shards, graph_id, "_configs")
-    if alone and len(paths) == 1:  # the shard is this graph's rows, config_id 0..c_u-1: filter on row numbers
-        configs = (pl.scan_parquet(paths[0], row_index_name="row", parallel="prefiltered")
-                   .filter(pl.col("row").is_in(rows.tolist())).drop("row").collect())
-    else:
-        configs = (pl.scan_parquet(paths, parallel="prefiltered")
-                   .filter((pl.col("graph_id") == graph_id) & pl.col("config_id").is_in(rows.tolist())).collect())
-    if not np.array_equal(configs["config_id"].to_numpy(), np.sort(rows)):
-        raise ValueError(f"{graph_id}: the configs read are not config_id {sorted(rows.tolist())}")
+    (path, first), wanted = configs_start(shards, graph_id), np.sort(rows)
+    if tie is not None:  # layout: a 1-row slice per drawn row reads only the row group (≈ 32 KiB) holding it
+        configs = pl.concat(pl.collect_all([scan(path).slice(first + r, 1) for r in wanted.tolist()]
+                                           or [scan(path).head(0)], engine="streaming"))
+    else:  # tile: the graph's rows, pruned by graph_id statistics
+        configs = scan(path).filter((pl.col("graph_id") == graph_id)
+                                    & pl.col("config_id").is_in(wanted.tolist())).collect()
+    if not (configs["graph_id"] == graph_id).all() or not np.array_equal(configs["config_id"].to_numpy(), wanted):
+        raise ValueError(f"{graph_id}: the configs read are not config_id {wanted.tolist()} of this graph")
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
     configs = configs[order.tolist()]  # back to the order drawn
     out = {"rows": rows}
