@@ -90,7 +90,8 @@ def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
     g = ds.load_graph(graph_id)
     table = pa.table({
         "config_id": pa.array(np.arange(g.num_unique_configs, dtype=np.int32)),
-        "runtime": pa.array(g.config_runtime, pa.int64()),
+        "runtime": pa.nulls(g.num_unique_configs, pa.int64()) if g.config_runtime is None
+        else pa.array(g.config_runtime, pa.int64()),
         "group_size": pa.array(g.group_size, pa.int32()),
         "first_index": pa.array(g.first_index, pa.int32()),
         "codes": fixed_width_binary(g.config_codes.reshape(g.num_unique_configs, -1)),
@@ -100,10 +101,11 @@ def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
     return path.stat().st_size
 
 
-def schema1_sample(path: Path, nc: int, rows: np.ndarray) -> np.ndarray:
-    """The old ``load_graph`` + ``node_config_feat(rows)`` on a schema-1 file: every config's codes
-    read (decompressed, page checksums verified as the reader does), then only ``rows`` decoded (the
-    cheaper of the old path's two ways: it favours the old path)."""
+def schema1_sample(path: Path, nc: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The old ``load_graph`` + ``node_config_feat(rows)`` and ``config_runtime[rows]`` on a schema-1
+    file: every column of every config read (decompressed, page checksums verified as the reader
+    does), then only ``rows`` decoded (the cheaper of the old path's two ways: it favours the old path).
+    Returns ((k, nc, 18) int8, (k,) int64 or None on test)."""
     import pyarrow.parquet as pq
 
     from tpuprep import decode_base7
@@ -111,7 +113,9 @@ def schema1_sample(path: Path, nc: int, rows: np.ndarray) -> np.ndarray:
     t = pq.ParquetFile(path, page_checksum_verification=True).read()
     data = t.column("codes").combine_chunks()
     codes = np.frombuffer(data.buffers()[2], "<i4")[: len(data) * nc * 3].reshape(len(data), nc, 3)
-    return decode_base7(codes[rows])
+    runtime = t.column("runtime")
+    runtimes = None if runtime.null_count else runtime.to_numpy()[rows]
+    return decode_base7(codes[rows]), runtimes
 
 
 def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None = None,
@@ -148,7 +152,7 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     with tempfile.TemporaryDirectory(prefix="schema1-") as tmp:
         path = Path(tmp) / "configs.parquet"
         out["schema1_configs_bytes"] = write_schema1_configs(ds, graph_id, path)
-        assert np.array_equal(schema1_sample(path, nc, check.rows), check.node_config_feat)
+        assert np.array_equal(schema1_sample(path, nc, check.rows)[0], check.node_config_feat)
         paths = {"sample_configs": new_path, "old_load_graph_decode": old_path,
                  "schema1_load_decode": lambda: schema1_sample(
                      path, nc, np.random.default_rng(next(seeds)).choice(c_u, min(k, c_u), replace=False))}

@@ -1,8 +1,10 @@
 """One training epoch of sampled configs: one k-config sample (decoded, with runtimes) of every graph of
-every layout collection and split, through ``ConfigBatches`` against the old path (``load_graph`` of the
-whole graph, then ``node_config_feat(rows)`` and ``config_runtime[rows]``), side by side in one run.
+every layout collection and split, through ``ConfigBatches`` against two old paths, side by side in one
+run: the path before issue #14 (each graph's configs as schema 1 stored them, read whole, k rows decoded:
+``Schema1Path``) and today's ``load_graph`` of the whole graph (tie-compressed shards), then
+``node_config_feat(rows)`` and ``config_runtime[rows]``.
 
-Both paths take the same rows (the uniform strategy's rows of batch 0 of each epoch) and their decoded
+All paths take the same rows (the uniform strategy's rows of batch 0 of each epoch) and their decoded
 configs and runtimes are checked equal (a digest per graph). Each path opens its own Dataset once, as a
 training loop does; epoch 0 is reported apart (cold: shard index, footers, structures read), the speed-up
 is the best of the following epochs. The OS page cache is warm for both, which favours neither.
@@ -30,6 +32,13 @@ def _digest(feats: np.ndarray, runtimes: np.ndarray | None) -> str:
     return h.hexdigest()
 
 
+def _timed(start: float, cpu: float, out: dict) -> tuple[float, float, dict[str, str]]:
+    """(wall s, CPU s) since ``start``/``cpu``, then the digest per graph of ``out`` (graph id -> (k, nc,
+    18) configs, (k,) runtimes or None), hashed after the clocks stop: hashing is not sampling."""
+    wall, spent = time.perf_counter() - start, time.process_time() - cpu
+    return wall, spent, {gid: _digest(*arrays) for gid, arrays in out.items()}
+
+
 def _parts(ds) -> list[tuple[str, str]]:
     return [(c, s) for c in ds.collections if c.startswith("layout") for s in ds.splits(c)]
 
@@ -55,8 +64,42 @@ class OldPath:
                 rows = uniform(g.num_unique_configs, self.k, item_rng(self.seed, epoch, gid, 0))
                 feats = g.node_config_feat(rows)
                 runtimes = None if g.config_runtime is None else g.config_runtime[rows]
-                out[gid] = _digest(feats, runtimes)
-        return time.perf_counter() - start, time.process_time() - cpu, out
+                out[gid] = (feats, runtimes)
+        return _timed(start, cpu, out)
+
+
+class Schema1Path:
+    """The path before issue #14: each graph's configs as schema 1 stored them (every node's codes, row
+    groups cut only at 128 MB; ``reading.write_schema1_configs``, written once into ``folder`` before any
+    timing), read whole for each sample, then k rows decoded (``reading.schema1_sample``). The graph's
+    structure is not read, which favours this path."""
+
+    def __init__(self, shards: Path, k: int, folder: Path, seed: int = 0):
+        import tpuprep
+
+        from .reading import write_schema1_configs
+
+        ds = tpuprep.open_dataset(shards)
+        self.k, self.seed, self.files = k, seed, {}
+        for collection, split in _parts(ds):
+            for gid in ds.graph_ids(collection, split):
+                path = folder / f"{len(self.files)}.parquet"
+                write_schema1_configs(ds, gid, path)
+                nc = len(ds.load_graph(gid, configs=False).node_config_ids)
+                self.files[gid] = (path, nc, ds.num_unique_configs(gid))
+
+    def epoch(self, epoch: int) -> tuple[float, float, dict[str, str]]:
+        """(wall s, CPU s, digest per graph) of one epoch: the rows ConfigBatches draws in that epoch."""
+        from tpuprep.sampling.batches import item_rng
+        from tpuprep.sampling.strategies import uniform
+
+        from .reading import schema1_sample
+
+        out = {}
+        start, cpu = time.perf_counter(), time.process_time()
+        for gid, (path, nc, c_u) in self.files.items():
+            out[gid] = schema1_sample(path, nc, uniform(c_u, self.k, item_rng(self.seed, epoch, gid, 0)))
+        return _timed(start, cpu, out)
 
 
 class NewPath:
@@ -82,37 +125,45 @@ class NewPath:
         for batches in self.batches:
             batches.set_epoch(epoch)
             for b in batches:
-                out[b.graph_id] = _digest(b.sample.node_config_feat, b.sample.config_runtime)
-        return time.perf_counter() - start, time.process_time() - cpu, out
+                out[b.graph_id] = (b.sample.node_config_feat, b.sample.config_runtime)
+        return _timed(start, cpu, out)
 
 
 def run(shards: Path, k: int = 64, repeat: int = 3) -> dict:
     """Epoch 0 of each path from a freshly opened Dataset (cold: index, footers, structures), then
-    epochs 1..``repeat`` (warm, as in training), alternating old and new epoch by epoch. Wall and CPU
+    epochs 1..``repeat`` (warm, as in training), the three paths in turn epoch by epoch (the schema-1
+    files are written first, untimed). Wall and CPU
     time (``process_time``: every thread of the process) of each; speed-ups of the best warm epochs.
     On a shared machine the CPU ratio is the steadier figure (a busy neighbour stretches wall time)."""
+    import tempfile
+
     import tpuprep
 
     tpuprep.decode_base7(np.zeros((1, 1, 3), np.int32))  # load the Numba kernel before any timing
-    old, new = OldPath(shards, k), NewPath(shards, k)
     identical = True
-    times: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
-    for epoch in range(repeat + 1):
-        *t_old, d_old = old.epoch(epoch)
-        *t_new, d_new = new.epoch(epoch)
-        identical &= d_old == d_new
-        times["old"].append(tuple(t_old))
-        times["new"].append(tuple(t_new))
+    times: dict[str, list[tuple[float, float]]] = {"schema1": [], "old": [], "new": []}
+    with tempfile.TemporaryDirectory(prefix="schema1-") as tmp:
+        paths = {"schema1": Schema1Path(shards, k, Path(tmp)), "old": OldPath(shards, k), "new": NewPath(shards, k)}
+        for epoch in range(repeat + 1):
+            digests = []
+            for name, path in paths.items():
+                *spent, digest = path.epoch(epoch)
+                times[name].append(tuple(spent))
+                digests.append(digest)
+            identical &= digests[0] == digests[1] == digests[2]
 
     def best(path: str, i: int) -> float:
         return min(t[i] for t in times[path][1:])
 
-    res = {"graphs": len(d_new), "k": k, "repeat": repeat,
+    res = {"graphs": len(digests[2]), "k": k, "repeat": repeat, "epochs_schema1_wall_cpu_s": times["schema1"],
            "epochs_old_wall_cpu_s": times["old"], "epochs_config_batches_wall_cpu_s": times["new"],
            "first_epoch_speedup_wall": times["old"][0][0] / times["new"][0][0],
            "first_epoch_speedup_cpu": times["old"][0][1] / times["new"][0][1],
            "old_load_graph_s": best("old", 0), "config_batches_s": best("new", 0),
            "old_load_graph_cpu_s": best("old", 1), "config_batches_cpu_s": best("new", 1)}
+    res["schema1_s"], res["schema1_cpu_s"] = best("schema1", 0), best("schema1", 1)
+    res["speedup_vs_schema1"] = res["schema1_s"] / res["config_batches_s"]
+    res["speedup_vs_schema1_cpu"] = res["schema1_cpu_s"] / res["config_batches_cpu_s"]
     res["speedup"] = res["old_load_graph_s"] / res["config_batches_s"]
     res["speedup_cpu"] = res["old_load_graph_cpu_s"] / res["config_batches_cpu_s"]
     res["identical"] = identical

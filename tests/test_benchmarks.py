@@ -152,7 +152,8 @@ def test_build_breakdown_profiles_the_steady_state(synth_root, tmp_path):
 
 
 def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
-    """benchmarks.sampling: one epoch through ConfigBatches and through load_graph, the same configs."""
+    """benchmarks.sampling: one epoch through ConfigBatches, through load_graph and through the schema-1
+    path (configs rewritten as before issue #14), the same configs and runtimes (``identical``)."""
     out = tmp_path / "s.json"
     proc = run_module("benchmarks.sampling", str(synth_shards), "--repeat", "1", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -160,7 +161,9 @@ def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
     assert res["identical"] is True and res["graphs"] == 4 * 4  # 4 layout collections × 4 tiny graphs
     assert res["old_load_graph_s"] > 0 and res["config_batches_s"] > 0 and res["speedup"] > 0
     assert res["speedup_cpu"] > 0 and res["first_epoch_speedup_wall"] > 0
-    assert len(res["epochs_old_wall_cpu_s"]) == len(res["epochs_config_batches_wall_cpu_s"]) == 2
+    assert res["schema1_s"] > 0 and res["speedup_vs_schema1"] > 0 and res["speedup_vs_schema1_cpu"] > 0
+    assert (len(res["epochs_schema1_wall_cpu_s"]) == len(res["epochs_old_wall_cpu_s"])
+            == len(res["epochs_config_batches_wall_cpu_s"]) == 2)
 
 
 def test_tile_epochs_benchmark_runs(synth_shards):
