@@ -57,8 +57,8 @@ class NoTpuprep(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, NoTpuprep())
 example, jobs = sys.argv[1], json.loads(sys.argv[2])
-for shards, graph_id, out in jobs:
-    sys.argv = [example, shards, graph_id, out]
+for shards, graph_id, out, *args in jobs:
+    sys.argv = [example, shards, graph_id, out, *args]
     runpy.run_path(example, run_name="__main__")
 leaked = sorted(m for m in sys.modules if m == "tpuprep" or m.startswith("tpuprep."))
 assert not leaked, leaked
@@ -194,12 +194,14 @@ def assert_same_arrays(got: dict[str, np.ndarray], exp: dict[str, np.ndarray], w
         assert np.array_equal(have, want), f"{where}: {name} differs from load_graph"
 
 
-def run_example(stack: str, cases: list[tuple[Path, str]], tmp: Path, prefix: str = "read") -> dict[tuple[str, str], Path]:
-    """Run docs/examples/<prefix>_<stack>.py on every case in one subprocess without tpuprep."""
+def run_example(stack: str, cases: list[tuple[Path, str]], tmp: Path, prefix: str = "read",
+                args: tuple[str, ...] = ()) -> dict[tuple[str, str], Path]:
+    """Run docs/examples/<prefix>_<stack>.py on every case (``args`` after SHARDS GRAPH_ID OUT) in one
+    subprocess without tpuprep."""
     jobs, outs = [], {}
     for i, (shards, gid) in enumerate(cases):
         out = tmp / f"{stack}-{i}"
-        jobs.append((str(shards), gid, str(out)))
+        jobs.append((str(shards), gid, str(out), *args))
         outs[(str(shards), gid)] = out
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(EXAMPLES / f"{prefix}_{stack}.py"), json.dumps(jobs)],
                           cwd=tmp, env=hf_env(tmp), capture_output=True, text=True, timeout=300)
@@ -221,14 +223,16 @@ def test_reader_example_reproduces_load_graph(stack, reader_cases, tmp_path):
         assert_same_arrays(got, expected_arrays(g, got), f"read_{stack}.py on {gid}")
 
 
+@pytest.mark.parametrize("k", [64, 0])
 @pytest.mark.parametrize("stack", list(SAMPLERS))
-def test_sampled_read_example_reproduces_sample_configs(stack, reader_cases, tmp_path):
-    """docs/examples/sample_<stack>.py (default k = 64, seed 0) writes what Dataset.sample_configs gives:
-    the same rows in the same order, the same arrays, dtypes and shapes; runtimes absent on test."""
+def test_sampled_read_example_reproduces_sample_configs(stack, k, reader_cases, tmp_path):
+    """docs/examples/sample_<stack>.py (k = 64, the default, and k = 0; seed 0) writes what
+    Dataset.sample_configs gives: the same rows in the same order, the same arrays, dtypes and shapes
+    (empty ones for k = 0); runtimes absent on test."""
     require(*SAMPLERS[stack])
-    outs = run_example(stack, reader_cases, tmp_path, prefix="sample")
+    outs = run_example(stack, reader_cases, tmp_path, prefix="sample", args=() if k == 64 else (str(k),))
     for shards, gid in reader_cases:
-        s = tpuprep.open_dataset(shards).sample_configs(gid, 64, seed=0)
+        s = tpuprep.open_dataset(shards).sample_configs(gid, k, seed=0)
         got = {p.stem: np.load(p, allow_pickle=False) for p in outs[(str(shards), gid)].glob("*.npy")}
         exp = {name: getattr(s, name) for name in SAMPLE_ARRAYS if getattr(s, name) is not None}
         assert_same_arrays(got, exp, f"sample_{stack}.py on {gid}")
@@ -257,7 +261,8 @@ def test_sample_polars_slices_a_graph_after_others_in_its_shard(tmp_path):
     codes = {"g1": rng.integers(0, 7**6, (3, 3, 3)), "g2": rng.integers(0, 7**6, (9, 3, 3))}
     ids = [f"layout:x:a:{g}" for g in codes]
     pq.write_table(pa.table({
-        "graph_id": ids, "num_unique_configs": [len(c) for c in codes.values()], "num_config_columns": [3, 3],
+        "graph_id": ids, "split": ["train"] * 2, "num_unique_configs": [len(c) for c in codes.values()],
+        "num_config_columns": [3, 3],
         "config_node_tie": [tie.tolist()] * 2}), tmp_path / "graphs.parquet")
     pq.write_table(pa.table({
         "graph_id": [i for i, c in zip(ids, codes.values(), strict=True) for _ in c],

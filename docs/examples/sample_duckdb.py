@@ -60,19 +60,21 @@ def holding(shards: str, graph_id: str, table: str) -> tuple[list[str], bool]:
 
 
 @cache
-def graph_row(shards: str, graph_id: str) -> tuple[str, int, np.ndarray | None]:
-    """(kind, c_u, tie) of a graph from its ``*_graphs`` row, read once (tie: layout only)."""
+def graph_row(shards: str, graph_id: str) -> tuple[str, int, str, int, np.ndarray | None]:
+    """(kind, c_u, split, nt, tie) of a graph from its ``*_graphs`` row, read once (nt, tie: layout only)."""
     kind = graph_id.split(":")[0]
-    tie = ", config_node_tie" if kind == "layout" else ""
-    graph = connection().execute(f"SELECT num_unique_configs{tie} FROM read_parquet(?) WHERE graph_id = ?",
+    tie = ", num_config_columns, config_node_tie" if kind == "layout" else ""
+    graph = connection().execute(f"SELECT num_unique_configs, split{tie} FROM read_parquet(?) WHERE graph_id = ?",
                                  [holding(shards, graph_id, "_graphs")[0], graph_id]).fetchall()
     if len(graph) != 1:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
-    return kind, graph[0][0], np.asarray(graph[0][1], np.int64) if tie else None
+    if not tie:
+        return kind, graph[0][0], graph[0][1], 0, None
+    return kind, graph[0][0], graph[0][1], graph[0][2], np.asarray(graph[0][3], np.int64)
 
 
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    kind, unique, tie = graph_row(shards, graph_id)
+    kind, unique, split, nt, tie = graph_row(shards, graph_id)
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
     in_list = ", ".join(str(int(r)) for r in rows) or "NULL"  # integers only: safe to inline
     paths, alone = holding(shards, graph_id, "_configs")
@@ -82,18 +84,16 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
         raise ValueError(f"{graph_id}: the configs read are not config_id {sorted(rows.tolist())}")
     order = np.searchsorted(got["config_id"], rows)  # back to the order drawn
     out = {"rows": rows}
-    runtime = got["runtime"][order]
-    if not np.ma.is_masked(runtime):  # null on the test split
-        out["config_runtime"] = np.asarray(runtime, np.int64)
+    if split != "test":  # runtimes are null on the test split
+        out["config_runtime"] = np.asarray(got["runtime"][order], np.int64)
     if kind == "layout":  # nt*3 little-endian int32 per config (tied nodes share one column)
-        stored = np.frombuffer(b"".join(got["codes"][order]), "<i4").reshape(len(rows), -1, 3)
+        stored = np.frombuffer(b"".join(got["codes"][order]), "<i4").reshape(len(rows), nt, 3)
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         feats = [np.asarray(f, np.float32) for f in got["config_feat"][order]]
         out["config_feat"] = np.stack(feats) if feats else np.zeros((0, 24), np.float32)
-        normalizer = got["normalizer"][order]
-        if not np.ma.is_masked(normalizer):
-            out["config_runtime_normalizers"] = np.asarray(normalizer, np.int64)
+        if split != "test":
+            out["config_runtime_normalizers"] = np.asarray(got["normalizer"][order], np.int64)
     return out
 
 

@@ -64,20 +64,20 @@ def configs_start(shards: str, graph_id: str) -> tuple[Path, int]:
 
 
 @cache
-def graph_row(shards: str, graph_id: str) -> tuple[int, int, np.ndarray | None]:
-    """(c_u, nt, tie) of a graph from its ``*_graphs`` row, read once (nt and tie: layout only)."""
+def graph_row(shards: str, graph_id: str) -> tuple[int, str, int, np.ndarray | None]:
+    """(c_u, split, nt, tie) of a graph from its ``*_graphs`` row, read once (nt and tie: layout only)."""
     graph = (pl.scan_parquet(holding(shards, graph_id, "_graphs")).filter(pl.col("graph_id") == graph_id)
-             .select(pl.col("^(num_unique_configs|num_config_columns|config_node_tie)$")).collect())
+             .select(pl.col("^(num_unique_configs|split|num_config_columns|config_node_tie)$")).collect())
     if graph.height != 1:
         raise KeyError(f"no graph {graph_id!r} in {shards}")
     if "config_node_tie" not in graph.columns:  # tile
-        return graph["num_unique_configs"].item(), 0, None
-    return (graph["num_unique_configs"].item(), graph["num_config_columns"].item(),
+        return graph["num_unique_configs"].item(), graph["split"].item(), 0, None
+    return (graph["num_unique_configs"].item(), graph["split"].item(), graph["num_config_columns"].item(),
             graph["config_node_tie"].explode().to_numpy())
 
 
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
-    unique, nt, tie = graph_row(shards, graph_id)
+    unique, split, nt, tie = graph_row(shards, graph_id)
     rows = np.random.default_rng(seed).choice(unique, min(k, unique), replace=False).astype(np.int64)
     (path, first), wanted = configs_start(shards, graph_id), np.sort(rows)
     if tie is not None:  # layout: a 1-row slice per drawn row reads only the row group (≈ 32 KiB) holding it
@@ -91,15 +91,15 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # rows are sorted by config_id
     configs = configs[order.tolist()]  # back to the order drawn
     out = {"rows": rows}
-    if configs["runtime"].null_count() == 0:  # null on the test split
+    if split != "test":  # runtimes are null on the test split
         out["config_runtime"] = configs["runtime"].to_numpy()
     if tie is not None:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
         codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, 3 * nt), endianness="little")
-        stored = codes.arr.explode().to_numpy().reshape(len(rows), -1, 3)
+        stored = codes.arr.explode().to_numpy().reshape(len(rows), nt, 3)
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         out["config_feat"] = configs["config_feat"].arr.explode().to_numpy().reshape(-1, 24)
-        if configs["normalizer"].null_count() == 0:
+        if split != "test":
             out["config_runtime_normalizers"] = configs["normalizer"].to_numpy()
     return out
 

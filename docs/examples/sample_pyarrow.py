@@ -62,13 +62,16 @@ def read_matching(files: list[Path], graph_id: str, rows: np.ndarray | None, col
             if rows is not None:
                 keep = pc.and_(keep, pc.is_in(table["config_id"], pa.array(rows, pa.int32())))
             pieces.append(table.filter(keep))
+    if not pieces and files:  # no row matched (k = 0): no rows, the shards' columns
+        schema = row_groups(files[0])[0].schema_arrow
+        pieces.append(schema.empty_table().select([c for c in columns if c in schema.names]))
     return pa.concat_tables(pieces) if pieces else None
 
 
 def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[str, np.ndarray]:
     folder = Path(shards, *graph_id.rsplit(":", 1)[0].split(":"))  # layout/xla/random, tile/xla, ...
     graph = read_matching(sorted((folder / "graphs").glob("*.parquet")), graph_id, None,
-                          ["graph_id", "num_unique_configs", "config_node_tie"])
+                          ["graph_id", "num_unique_configs", "split", "num_config_columns", "config_node_tie"])
     if graph is None or graph.num_rows != 1:
         raise KeyError(f"no graph {graph_id!r} under {folder}")
     unique = graph["num_unique_configs"][0].as_py()
@@ -77,16 +80,17 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     order = np.searchsorted(configs["config_id"].to_numpy(), rows)  # back to the order drawn
     configs = configs.sort_by("config_id").take(pa.array(order))
     out = {"rows": rows}
-    if configs["runtime"].null_count == 0:  # null on the test split
+    test = graph["split"][0].as_py() == "test"  # runtimes are null on the test split
+    if not test:
         out["config_runtime"] = configs["runtime"].to_numpy()
     if "codes" in configs.column_names:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
-        data = b"".join(v.as_py() for v in configs["codes"]) if len(rows) else b""
-        stored = np.frombuffer(data, "<i4").reshape(len(rows), -1, 3)
+        data = b"".join(v.as_py() for v in configs["codes"])
+        stored = np.frombuffer(data, "<i4").reshape(len(rows), graph["num_config_columns"][0].as_py(), 3)
         tie = graph["config_node_tie"].combine_chunks().flatten().to_numpy()
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         out["config_feat"] = configs["config_feat"].combine_chunks().flatten().to_numpy().reshape(-1, 24)
-        if configs["normalizer"].null_count == 0:
+        if not test:
             out["config_runtime_normalizers"] = configs["normalizer"].to_numpy()
     return out
 
