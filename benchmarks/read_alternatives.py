@@ -1,5 +1,5 @@
-"""What else a sampled read of today's layout could do, measured (RESULTS.md §17): where pyarrow's time
-goes, and which polars filters prune row groups.
+"""What else a sampled read of today's layout could do, measured (RESULTS.md §17, §18): where pyarrow's
+time goes, which polars filters prune row groups, and what a DuckDB query costs.
 
 ``python -m benchmarks.read_alternatives SHARDS [--graph GID] [--k 64] [--repeat 20]``
 
@@ -13,7 +13,13 @@ draws them, every path timed in rounds (``reading._best_of_rounds``, the same ro
   ``config_id.is_in(rows)``, the same rows as ``OR``-ed equalities, as ``row_index`` values (in-memory
   and streaming engine) and as one 1-row ``slice`` per row collected at once on one kept LazyFrame (what
   the docs' polars example does; both only when the graph fills its shard), and ``gather``. Each returns
-  the rows it should (checked).
+  the rows it should (checked). The ``row_index`` filter is also timed selecting the row numbers
+  alone, and against the same row numbers scanned unfiltered and filtered in memory afterwards;
+- DuckDB on the same shard (one connection, footers cached): a filter no row group matches, one row
+  (``config_id = r``: one row group scanned), the docs' example query ``graph_id = ? AND config_id IN
+  (...)`` and, when the graph fills its shard, without the ``graph_id`` test (what the example then runs).
+
+Every path is checked to return exactly the sampled config ids (pyarrow: among its whole row groups).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .reading import _best_of_rounds, largest_layout_graph
 
 
 def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int = 20) -> dict:
+    import duckdb
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -67,25 +74,39 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
     }
     if fills:  # the shard's row numbers are the graph's config ids
         kept = pl.scan_parquet(path)  # one LazyFrame, as docs/examples/sample_polars.py keeps per shard
-        paths["polars_row_index"] = lambda: scan(pl.col("r").is_in(wanted), row_index_name="r")
+        row = pl.col("r")
+        paths["polars_row_index"] = lambda: scan(row.is_in(wanted), row_index_name="r")
         paths["polars_row_index_streaming"] = lambda: (pl.scan_parquet(path, row_index_name="r")
-                                                       .filter(pl.col("r").is_in(wanted)).collect(engine="streaming"))
+                                                       .filter(row.is_in(wanted)).collect(engine="streaming"))
+        paths["polars_row_index_only"] = lambda: scan(row.is_in(wanted), select="r", row_index_name="r")
+        paths["polars_row_index_filtered_after"] = lambda: scan(select="r", row_index_name="r").filter(
+            row.is_in(wanted))
         paths["polars_slices"] = lambda: pl.concat(pl.collect_all([kept.slice(r, 1) for r in wanted],
                                                                   engine="streaming"))
-    expect = {"pyarrow_file": len(rows), "pyarrow_in_memory": len(rows), "polars_no_match": 0,
-              "polars_config_id_column": int(starts[-1]), "polars_is_in": len(rows), "polars_or_equal": len(rows),
-              "polars_row_index": len(rows), "polars_row_index_streaming": len(rows), "polars_slices": len(rows),
-              "polars_gather": len(rows)}
-    for name, n in expect.items():
-        if name not in paths:
-            continue
+    duck = duckdb.connect()
+    duck.execute("SET parquet_metadata_cache = true")
+    in_list = ", ".join(map(str, wanted))
+
+    def sql(where: str, *params):
+        return duck.execute(f"SELECT config_id, runtime, codes FROM read_parquet(?) WHERE {where}",
+                            [str(path), *params]).fetchnumpy()
+
+    paths["duckdb_no_match"] = lambda: sql("config_id = -1")
+    paths["duckdb_one_row"] = lambda: sql(f"config_id = {wanted[0]}")
+    paths["duckdb_graph_id_and_in"] = lambda: sql(f"graph_id = ? AND config_id IN ({in_list})", graph_id)
+    if fills:  # the docs' DuckDB example drops the graph_id test when the shard holds the graph alone
+        paths["duckdb_in"] = lambda: sql(f"config_id IN ({in_list})")
+    expect = {"polars_no_match": [], "duckdb_no_match": [], "duckdb_one_row": rows[:1],
+              "polars_config_id_column": np.arange(int(starts[-1])),
+              "polars_one_range": np.arange(int(rows[0]), min(int(rows[0]) + k, int(starts[-1])))}
+    for name in paths:
         got = paths[name]()
-        count = got.num_rows if hasattr(got, "num_rows") else got.height
-        if name.startswith("pyarrow"):
-            count = int(np.isin(got.column("config_id").to_numpy(), rows).sum())
-        assert count == n, (name, count, n)
-        if name.startswith("polars") and n == len(rows):  # the sampled rows themselves, not just as many
-            assert np.array_equal(np.sort(got["config_id"].to_numpy()), rows), name
+        if name.startswith("pyarrow"):  # whole row groups: the rows are among them
+            ids = got.column("config_id").to_numpy()
+            ids = ids[np.isin(ids, rows)]
+        else:
+            ids = np.asarray(got["config_id" if "config_id" in got else "r"])
+        assert np.array_equal(np.sort(ids), expect.get(name, rows)), name
     best = _best_of_rounds(paths, repeat)
     return {"graph_id": graph_id, "k": len(rows), "row_groups_read": len(rgs), "graph_row_groups": len(groups),
             "graph_fills_its_shard": fills,

@@ -75,11 +75,11 @@ def _example(name: str):
     return module
 
 
-def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
+def write_schema1_configs(ds, graph_id: str, path: Path) -> tuple[int, int]:
     """The graph's configs as schema 1.x stored them (before issue #14): one row per unique config whose
     ``codes`` hold every configurable node's 3 int32 codes (nc·12 bytes, no tied columns), zstd level 3,
     row groups cut only at ``BuildOptions.row_group_bytes``, so reading any config decompresses the
-    graph's codes. Returns the file's bytes. (Schema 1 also held config_id, runtime, group_size and
+    graph's codes. Returns (the file's bytes, nc). (Schema 1 also held config_id, runtime, group_size and
     first_index: read whole too.)"""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -98,7 +98,7 @@ def write_schema1_configs(ds, graph_id: str, path: Path) -> int:
     })
     rows = rows_per_group(table, BuildOptions().row_group_bytes)
     pq.write_table(table, path, compression="zstd", compression_level=3, row_group_size=rows)
-    return path.stat().st_size
+    return path.stat().st_size, len(g.node_config_ids)
 
 
 def schema1_sample(path: Path, nc: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -135,7 +135,6 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     graph_id = graph_id or largest_layout_graph(ds)
     seeds = iter(range(10**6))
     c_u = ds.num_unique_configs(graph_id)
-    nc = len(ds.load_graph(graph_id, configs=False).node_config_ids)
 
     def old_path():
         ds._cache.clear()  # the old path re-reads the graph for each sample (a cache holds ≤ 4 row groups)
@@ -151,7 +150,7 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     check = ds.sample_configs(graph_id, k, seed=3)
     with tempfile.TemporaryDirectory(prefix="schema1-") as tmp:
         path = Path(tmp) / "configs.parquet"
-        out["schema1_configs_bytes"] = write_schema1_configs(ds, graph_id, path)
+        out["schema1_configs_bytes"], nc = write_schema1_configs(ds, graph_id, path)
         assert np.array_equal(schema1_sample(path, nc, check.rows)[0], check.node_config_feat)
         paths = {"sample_configs": new_path, "old_load_graph_decode": old_path,
                  "schema1_load_decode": lambda: schema1_sample(

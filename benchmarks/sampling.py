@@ -84,8 +84,7 @@ class Schema1Path:
         for collection, split in _parts(ds):
             for gid in ds.graph_ids(collection, split):
                 path = folder / f"{len(self.files)}.parquet"
-                write_schema1_configs(ds, gid, path)
-                nc = len(ds.load_graph(gid, configs=False).node_config_ids)
+                _, nc = write_schema1_configs(ds, gid, path)
                 self.files[gid] = (path, nc, ds.num_unique_configs(gid))
 
     def epoch(self, epoch: int) -> tuple[float, float, dict[str, str]]:
