@@ -62,6 +62,7 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
 
     import tpuprep
     from tpuprep import decode_base7
+    from tpuprep.kernels import join_planes
 
     ds = tpuprep.open_dataset(shards)
     graph_id = graph_id or largest_layout_graph(ds)
@@ -81,7 +82,8 @@ def measure(shards: Path, graph_id: str | None = None, k: int = 64, repeat: int 
             return int(np.random.default_rng(next(draws)).integers(0, c_u - k + 1))
 
         def decode(ids: np.ndarray, codes: bytes) -> tuple[np.ndarray, np.ndarray]:
-            return ids, decode_base7(np.frombuffer(codes, "<i4").reshape(len(ids), -1, 3))[:, tie]
+            stored = join_planes(np.frombuffer(codes, np.uint8).reshape(len(ids), -1)).reshape(len(ids), -1, 3)
+            return ids, decode_base7(stored)[:, tie]
 
         def block_pyarrow(s: int | None = None):
             s = start() if s is None else s

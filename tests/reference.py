@@ -245,6 +245,19 @@ def ref_stored_columns(tie) -> list[int]:
     return [first[t] for t in sorted(first)]
 
 
+def ref_byte_planes(codes) -> np.ndarray:
+    """Schema 3 ``codes`` values with Python integers: codes (k, n) int → (k, 4n) uint8, where byte
+    p·n + i of a row is byte p (0 least significant) of its code i."""
+    codes = np.asarray(codes)
+    out = np.zeros((codes.shape[0], 4 * codes.shape[1]), np.uint8)
+    for r in range(codes.shape[0]):
+        for i in range(codes.shape[1]):
+            value = int(codes[r, i]) % 2**32  # two's complement, as int32 bytes
+            for p in range(4):
+                out[r, p * codes.shape[1] + i] = (value >> (8 * p)) & 0xFF
+    return out
+
+
 def group_size_histogram(group_size) -> dict[int, int]:
     """{group size: number of unique configs with that size}."""
     hist: dict[int, int] = {}

@@ -222,3 +222,20 @@ def test_read_alternatives_benchmark_checks_what_each_read_returns(synth_shards)
     for key in ("pyarrow_file_s", "pyarrow_in_memory_s", "polars_no_match_s", "polars_is_in_s", "polars_gather_s"):
         assert 0 < res[key] < 60, key
     assert ("polars_row_index_s" in res) == res["graph_fills_its_shard"]
+
+
+def test_codes_layout_benchmark_compresses_the_same_codes_in_both_layouts(synth_shards, tmp_path):
+    """benchmarks.codes_layout: the largest layout graphs' codes, plain and in byte planes (the planes are
+    checked to join back to the codes read), compressed at each level; the figures are consistent."""
+    out = tmp_path / "c.json"
+    proc = run_module("benchmarks.codes_layout", str(synth_shards), "--graphs", "2", "--levels", "3,1",
+                      "--repeat", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert len(res["graphs"]) == 2 and all(g["c_u"] > 0 and g["nt"] > 0 for g in res["graphs"])
+    for g in res["graphs"]:
+        assert sorted(g["levels"]) == ["1", "3"]
+        for figures in g["levels"].values():
+            for name in ("plain", "planes"):
+                assert figures[name]["cpu_s"] > 0 and 0 < figures[name]["ratio"] < 2, name
+            assert figures["planes_over_plain"]["bytes"] == round(figures["planes"]["ratio"] / figures["plain"]["ratio"], 3)

@@ -233,6 +233,29 @@ def test_resume_json_and_report_name_the_reused_files(monkeypatch, src, tmp_path
     assert report.reused == frozenset() and len(report.converted) == total
 
 
+def test_resume_converts_again_the_parts_an_older_schema_wrote(monkeypatch, src, tmp_path):
+    """Parts staged by a tpuprep of another schema (2.x stored plain int32 codes, and its fingerprints
+    had no schema_version) are never reused: the resumed shards equal a fresh build's."""
+    from tpuprep.build import build
+
+    dst = tmp_path / "out"
+    _interrupted_build(monkeypatch, src, dst)
+    sidecars = sorted((dst / ".tpuprep" / "parts").rglob("*.json"))
+    for i, sidecar in enumerate(sidecars):
+        done = json.loads(sidecar.read_text())
+        if i % 2:
+            done["fingerprint"]["schema_version"] = "2.1"
+        else:
+            del done["fingerprint"]["schema_version"]
+        sidecar.write_text(json.dumps(done))
+    result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(dst), "--resume", "--json"])
+    doc = _one_document(result.stdout)
+    assert (doc["converted"], doc["reused"]) == (len(list(src.rglob("*.npz"))), 0)
+    build(src, tmp_path / "fresh")
+    assert {p.relative_to(dst).as_posix(): p.read_bytes() for p in dst.rglob("*.parquet")} == \
+        {p.relative_to(tmp_path / "fresh").as_posix(): p.read_bytes() for p in (tmp_path / "fresh").rglob("*.parquet")}
+
+
 # --------------------------------------------------------------------------- --log-file
 
 

@@ -315,8 +315,12 @@ MANIFEST_DAMAGE: dict[str, tuple[Callable[[Path], None], str]] = {
     "deep": (lambda r: (r / "manifest.json").write_text("[" * 100_000 + "]" * 100_000), r"nested too deeply"),
     "format": (lambda r: edit_manifest(r, lambda m: m.update(format="parquet-shards")), r"format: unknown format"),
     "version-99": (lambda r: edit_manifest(r, lambda m: m.update(schema_version=99)), r"schema_version: unknown schema version 99"),
-    "version-3.0": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="3.0")), r"unknown schema version '3.0'"),
-    # schema 1.x stored every configurable node's codes (no config_node_tie): a 2.x reader must refuse it
+    "version-4.0": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="4.0")),
+                    r"unknown schema version '4.0'.*a newer tpuprep"),
+    # schema 2.x stored codes as plain int32 (3.0: byte planes), 1.x every configurable node's codes (no
+    # config_node_tie): a 3.x reader must refuse both, and say to rebuild
+    "version-2.1": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="2.1")),
+                    r"unknown schema version '2.1': this tpuprep reads schema 3.x \(an older tpuprep.*rebuild"),
     "version-1.1": (lambda r: edit_manifest(r, lambda m: m.update(schema_version="1.1")), r"unknown schema version '1.1'"),
     "no-shards-key": (lambda r: edit_manifest(r, lambda m: m.pop("shards")), r"has no 'shards'"),
     "options-folds": (lambda r: edit_manifest(r, lambda m: m["options"].update(folds=0)), r"options.folds"),
@@ -468,9 +472,9 @@ def test_a_flipped_byte_in_a_data_page_is_badshards_not_wrong_runtimes(shards, s
 
 
 def _shift_code(codes: bytes) -> bytes:
-    values = np.frombuffer(codes, "<i4").copy()
+    values = np.frombuffer(codes, "u1").reshape(4, -1).T.copy().view("<i4").ravel()  # byte planes → int32
     values[0] = (values[0] + 1) % 7**6
-    return values.tobytes()
+    return values.view("u1").reshape(-1, 4).T.tobytes()
 
 
 def _set(index: int | tuple, value) -> Callable:

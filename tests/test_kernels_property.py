@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from reference import (
+    ref_byte_planes,
     ref_decode_base7,
     ref_dedup,
     ref_encode_base7,
@@ -31,10 +32,12 @@ from tpuprep.kernels import (
     dedup_rows,
     encode_base7,
     float_keys,
+    join_planes,
     pack_chunk,
     prune_graph,
     remap_node_splits,
     repad_node_feat,
+    split_planes,
     tied,
 )
 from tpuprep.kernels.prune import hop_distance
@@ -481,6 +484,7 @@ def test_layout_collector_equals_reference(inputs, cuts, dtype):
     c, nc, _ = values.shape
     ref = ref_dedup(values, runtime)
     got = collect(values.astype(dtype), runtime, cuts)
+    u = len(ref.first_index)
     check_same(got, ref)
     full = got.codes.full()
     assert full.dtype == np.int32 and full.shape == (len(ref.first_index), nc, 3)
@@ -489,9 +493,12 @@ def test_layout_collector_equals_reference(inputs, cuts, dtype):
     stored = got.codes.stored()
     np.testing.assert_array_equal(stored, full[:, ref_stored_columns(got.codes.tie)])
     assert got.codes.num_columns == stored.shape[1] == len(set(got.codes.tie.tolist()))
-    u = len(ref.first_index)
+    planes = got.codes.stored_planes()  # as the shards store them (schema 3)
+    assert planes.dtype == np.uint8
+    np.testing.assert_array_equal(planes, ref_byte_planes(stored.reshape(u, -1)))
     for a, b in [(0, 1), (1, u), (u // 2, u // 2 + 3), (u, u + 5)]:
         np.testing.assert_array_equal(got.codes.stored(a, b), stored[a:b])
+        np.testing.assert_array_equal(got.codes.stored_planes(a, b), planes[a:b])
         np.testing.assert_array_equal(got.codes.full(a, b), full[a:b])
     # --no-dedup: every row its own config, still in tie columns
     keep = collect(values, runtime, cuts, dedup=False)
@@ -500,6 +507,27 @@ def test_layout_collector_equals_reference(inputs, cuts, dtype):
     np.testing.assert_array_equal(keep.codes.tie, ref_tie(ref_encode_base7(values)))
     if runtime is not None:
         np.testing.assert_array_equal(keep.runtime, runtime)
+
+
+@SETTINGS
+@given(st.integers(0, 6), st.integers(0, 9), st.data())
+def test_byte_planes_equal_reference_and_round_trip(k, n, data):
+    """split_planes against the byte-by-byte reference, for any int32 (negative and ≥ 2^24 included, not
+    only base-7 codes); join_planes inverts it, also on a read-only view (as read from a shard)."""
+    codes = np.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=k * n, max_size=k * n)),
+                     np.int64).astype(np.int32).reshape(k, n)
+    planes = split_planes(codes)
+    assert planes.dtype == np.uint8 and planes.shape == (k, 4 * n)
+    np.testing.assert_array_equal(planes, ref_byte_planes(codes))
+    np.testing.assert_array_equal(join_planes(planes), codes)
+    read_only = np.frombuffer(planes.tobytes(), np.uint8).reshape(planes.shape)
+    np.testing.assert_array_equal(join_planes(read_only), codes)
+
+
+@pytest.mark.parametrize("shape", [(2, 6), (1, 3), (4,)])
+def test_join_planes_refuses_rows_of_partial_codes(shape):
+    with pytest.raises(ValueError, match="not 4 bytes per code"):
+        join_planes(np.zeros(shape, np.uint8))
 
 
 def test_spare_store_serves_the_next_graph_only_once_its_codes_are_gone():

@@ -268,7 +268,9 @@ def test_sample_polars_slices_a_graph_after_others_in_its_shard(tmp_path):
         "graph_id": [i for i, c in zip(ids, codes.values(), strict=True) for _ in c],
         "config_id": np.concatenate([np.arange(len(c)) for c in codes.values()]).astype(np.int32),
         "runtime": np.arange(12, dtype=np.int64) * 10,
-        "codes": [row.astype("<i4").tobytes() for c in codes.values() for row in c]}),
+        # byte planes (schema 3): byte p of every int32 code, then byte p + 1
+        "codes": [row.astype("<i4").reshape(-1).view("u1").reshape(-1, 4).T.tobytes()
+                  for c in codes.values() for row in c]}),
         tmp_path / "configs.parquet", row_group_size=2)
     (tmp_path / "manifest.json").write_text(json.dumps({"shards": [
         {"table": f"layout_{t}", "first_graph": ids[0], "last_graph": ids[1], "path": f"{t}.parquet"}

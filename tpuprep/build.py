@@ -54,6 +54,7 @@ from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, sidecar_relpath
 from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
+from .shards.schema import SCHEMA_VERSION
 from .shards.writer import (
     PartFiles,
     merge_parts,
@@ -124,11 +125,11 @@ def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
 
 
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
-    """What must be unchanged for a finished batch to be reused by --resume: the options and each
-    file's relpath, size and mtime (or remote version) — as they were read (``stamps``) or as they are
-    now (``current_stamp``)."""
+    """What must be unchanged for a finished batch to be reused by --resume: the schema version its
+    parts were written in, the options and each file's relpath, size and mtime (or remote version) —
+    as they were read (``stamps``) or as they are now (``current_stamp``)."""
     stamps = [current_stamp(i) for i in batch] if stamps is None else stamps
-    return {"options": opts.fingerprint(),
+    return {"schema_version": SCHEMA_VERSION, "options": opts.fingerprint(),
             "files": [[i.relpath, *(s or [None, None])] for i, s in zip(batch, stamps, strict=True)]}
 
 
@@ -216,7 +217,8 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
                 **i.describe()}
                for i in batch]
     files = [[i.relpath, i.size, None] for i in batch]
-    return {"fingerprint": {"options": opts.fingerprint(), "files": files}, "records": records, "parts": None}
+    return {"fingerprint": {"schema_version": SCHEMA_VERSION, "options": opts.fingerprint(), "files": files},
+            "records": records, "parts": None}
 
 
 def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,

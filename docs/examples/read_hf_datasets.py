@@ -25,6 +25,13 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
+
+
 def data_files(folder: Path, table: str) -> dict[str, str]:
     """{HF split: glob} for the splits present (a split with no file is an error in load_dataset)."""
     return {hf: str(folder / table / f"{prefix}-*.parquet")
@@ -60,11 +67,11 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
         for column, name in names.items():
             if column in features and (value := restore(values[column], features[column])) is not None:
                 out[name] = value
-    if "codes" in configs.features:  # layout: nt*3 little-endian int32 per config, as one binary value
+    if "codes" in configs.features:  # layout: nt*3 int32 per config in byte planes, as one binary value
         # the numpy format gives a fixed-width bytes array (dtype S<12*nc>): view its buffer, never join its
         # elements (indexing an S array strips trailing zero bytes, which are data here)
-        codes = np.ascontiguousarray(columns["codes"]).view("<i4")
-        stored = codes.reshape(configs.num_rows, int(row["num_config_columns"]), 3)  # tied nodes share a column
+        nt = int(row["num_config_columns"])  # tied nodes share a column
+        stored = codes_from_planes(np.ascontiguousarray(columns["codes"]), configs.num_rows, nt)
         out["config_codes"] = stored[:, np.asarray(row["config_node_tie"], np.int64)]
         out["node_config_feat"] = decode_base7(out["config_codes"])
     return out

@@ -25,6 +25,13 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
+
+
 def read_rows(folder: Path, graph_id: str) -> pl.DataFrame:
     """The graph's rows from every split's shards; the filter is pushed down to the Parquet scan."""
     rows = pl.scan_parquet(folder / "*.parquet").filter(pl.col("graph_id") == graph_id).collect()
@@ -54,10 +61,11 @@ def load_graph(shards: str, graph_id: str) -> dict[str, np.ndarray]:
     for name, width in WIDTHS.items():
         if name in out:
             out[name] = out[name].reshape(-1, width)
-    if "codes" in configs.columns:  # layout: nt*3 little-endian int32 per config, as one binary value
-        width = 3 * graph["num_config_columns"].item()  # nt stored columns: tied nodes share one
-        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, width), endianness="little")
-        out["config_codes"] = to_numpy(codes).reshape(configs.height, -1, 3)[:, to_numpy(graph["config_node_tie"])]
+    if "codes" in configs.columns:  # layout: nt*3 int32 per config in byte planes, as one binary value
+        nt = graph["num_config_columns"].item()  # nt stored columns: tied nodes share one
+        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.UInt8, 12 * nt))  # (c_u, 12*nt) bytes
+        stored = codes_from_planes(to_numpy(codes), configs.height, nt)
+        out["config_codes"] = stored[:, to_numpy(graph["config_node_tie"])]
         out["node_config_feat"] = decode_base7(out["config_codes"])
     return out
 

@@ -44,12 +44,19 @@ def to_tensor(column: pa.ChunkedArray) -> torch.Tensor:
 
 
 def binary_to_numpy(column: pa.ChunkedArray, dtype: str) -> np.ndarray:
-    """A binary column of equal-width rows (the layout ``codes``: nt*3 little-endian int32 per config) as
-    one flat array: the rows' bytes are contiguous in Arrow's data buffer, so this is a zero-copy view."""
+    """A binary column of equal-width rows (the layout ``codes``: 12*nt bytes per config) as one flat
+    array: the rows' bytes are contiguous in Arrow's data buffer, so this is a zero-copy view."""
     array = column.combine_chunks()
     offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
     size = np.dtype(dtype).itemsize
     return np.frombuffer(array.buffers()[2], dtype, int(offsets[-1] - offsets[0]) // size, int(offsets[0]))
+
+
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
 
 
 def load_graph(shards: str, graph_id: str) -> dict[str, torch.Tensor]:
@@ -65,7 +72,8 @@ def load_graph(shards: str, graph_id: str) -> dict[str, torch.Tensor]:
         if name in out:
             out[name] = out[name].reshape(-1, width)
     if "codes" in configs.column_names:  # layout
-        stored = binary_to_numpy(configs["codes"], "<i4").reshape(configs.num_rows, -1, 3)  # (c_u, nt, 3)
+        nt = graph["num_config_columns"][0].as_py()
+        stored = codes_from_planes(binary_to_numpy(configs["codes"], "u1"), configs.num_rows, nt)  # (c_u, nt, 3)
         tie = graph["config_node_tie"].combine_chunks().flatten().to_numpy()  # tied nodes share a column
         out["config_codes"] = torch.tensor(stored[:, tie])
     return out

@@ -33,6 +33,13 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
+
+
 @cache
 def connection() -> duckdb.DuckDBPyConnection:
     """One connection per process, caching the Parquet footers it has read (sampling reads them again)."""
@@ -86,8 +93,8 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     out = {"rows": rows}
     if split != "test":  # runtimes are null on the test split
         out["config_runtime"] = np.asarray(got["runtime"][order], np.int64)
-    if kind == "layout":  # nt*3 little-endian int32 per config (tied nodes share one column)
-        stored = np.frombuffer(b"".join(got["codes"][order]), "<i4").reshape(len(rows), nt, 3)
+    if kind == "layout":  # nt*3 int32 per config in byte planes (tied nodes share one column)
+        stored = codes_from_planes(b"".join(got["codes"][order]), len(rows), nt)
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         feats = [np.asarray(f, np.float32) for f in got["config_feat"][order]]

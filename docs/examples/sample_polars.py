@@ -29,6 +29,13 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
+
+
 @cache
 def shard_ranges(shards: str) -> list[tuple[str, str, str, Path]]:
     """(table, first_graph, last_graph, path) of every shard in SHARDS/manifest.json (read once)."""
@@ -93,9 +100,9 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     out = {"rows": rows}
     if split != "test":  # runtimes are null on the test split
         out["config_runtime"] = configs["runtime"].to_numpy()
-    if tie is not None:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
-        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.Int32, 3 * nt), endianness="little")
-        stored = codes.arr.explode().to_numpy().reshape(len(rows), nt, 3)
+    if tie is not None:  # layout: nt*3 int32 per config in byte planes (tied nodes share one)
+        codes = configs["codes"].bin.reinterpret(dtype=pl.Array(pl.UInt8, 12 * nt))
+        stored = codes_from_planes(codes.arr.explode().to_numpy(), len(rows), nt)
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:
         out["config_feat"] = configs["config_feat"].arr.explode().to_numpy().reshape(-1, 24)

@@ -26,6 +26,13 @@ def decode_base7(codes: np.ndarray) -> np.ndarray:
     return DIGITS[codes].reshape(*codes.shape[:-1], 18)
 
 
+def codes_from_planes(data, k: int, nt: int) -> np.ndarray:
+    """k layout ``codes`` values, concatenated (12*nt bytes each: the config's 3*nt int32 codes in byte
+    planes, byte 0 of every code first) -> (k, nt, 3) int32."""
+    planes = np.frombuffer(data, np.uint8).reshape(k, 4, 3 * nt)
+    return np.ascontiguousarray(planes.transpose(0, 2, 1)).view("<i4").reshape(k, nt, 3)
+
+
 @cache
 def row_groups(path: Path) -> tuple[pq.ParquetFile, list, np.ndarray, np.ndarray]:
     """An open shard (its footer parsed once per process: sampling reads the same files again and again)
@@ -83,9 +90,9 @@ def sample_configs(shards: str, graph_id: str, k: int, seed: int = 0) -> dict[st
     test = graph["split"][0].as_py() == "test"  # runtimes are null on the test split
     if not test:
         out["config_runtime"] = configs["runtime"].to_numpy()
-    if "codes" in configs.column_names:  # layout: nt*3 little-endian int32 per config (tied nodes share one)
+    if "codes" in configs.column_names:  # layout: nt*3 int32 per config in byte planes (tied nodes share one)
         data = b"".join(v.as_py() for v in configs["codes"])
-        stored = np.frombuffer(data, "<i4").reshape(len(rows), graph["num_config_columns"][0].as_py(), 3)
+        stored = codes_from_planes(data, len(rows), graph["num_config_columns"][0].as_py())
         tie = graph["config_node_tie"].combine_chunks().flatten().to_numpy()
         out["node_config_feat"] = decode_base7(stored[:, tie])
     else:

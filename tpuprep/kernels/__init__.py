@@ -2,6 +2,7 @@
 
 from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
+from .planes import join_planes, split_planes
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
 from .repad import repad_node_feat
 from .tied import LayoutCollector, LayoutDedupResult, TiedCodes, keep_spare_store
@@ -18,12 +19,14 @@ __all__ = [
     "dedup_rows",
     "encode_base7",
     "float_keys",
+    "join_planes",
     "keep_all",
     "keep_spare_store",
     "pack_chunk",
     "prune_graph",
     "remap_node_splits",
     "repad_node_feat",
+    "split_planes",
     "warm",
 ]
 
@@ -47,7 +50,12 @@ def warm() -> None:
             layout = LayoutCollector(2, 2, with_runtime=dedup, dedup=dedup)
             layout.add(values[:1], np.array([2], np.int64) if dedup else None)
             layout.add(values[1:], np.array([1], np.int64) if dedup else None)
-            layout.finish().codes.stored()
+            tied = layout.finish().codes
+            tied.stored()
+            tied.stored_planes()
+    stored = split_planes(codes.reshape(2, -1))
+    join_planes(stored)
+    join_planes(np.frombuffer(stored.tobytes(), np.uint8).reshape(stored.shape))  # as read from a shard
     # a streamed chunk: a read-only view of the inflated bytes
     chunk = np.frombuffer(np.full(36, -1, np.float32).tobytes(), np.float32).reshape(1, 2, 18)
     LayoutCollector(1, 2, with_runtime=False).add(chunk)

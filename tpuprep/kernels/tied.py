@@ -25,6 +25,7 @@ import numpy as np
 from .base7 import SLOTS, ConfigValueError, all_valid, first_invalid, pack_valid
 from .dedup import _hash_row
 from .jit import kernel
+from .planes import PLANES, split_row
 
 _EMPTY = -1
 
@@ -175,17 +176,32 @@ def _add_configs(
 
 
 @kernel
+def _gather_row(store, base, where, nodes, out):
+    """out[3m + t] = code t of node ``nodes[m]`` of the unique config stored from ``base`` under the node →
+    column map ``where``: (3·len(nodes),) int32."""
+    for m in range(nodes.shape[0]):
+        at = base + 3 * where[nodes[m]]
+        out[3 * m] = store[at]
+        out[3 * m + 1] = store[at + 1]
+        out[3 * m + 2] = store[at + 2]
+
+
+@kernel
 def _gather_rows(store, row_offset, row_snap, snaps, nodes, start, out):
-    """out[i, m] = the codes of node ``nodes[m]`` in unique config start + i: (k, len(nodes), 3) int32."""
+    """out[i] = the codes of nodes ``nodes`` in unique config start + i: (k, 3·len(nodes)) int32."""
     for i in range(out.shape[0]):
         u = start + i
-        base = row_offset[u]
-        where = snaps[row_snap[u]]
-        for m in range(nodes.shape[0]):
-            at = base + 3 * where[nodes[m]]
-            out[i, m, 0] = store[at]
-            out[i, m, 1] = store[at + 1]
-            out[i, m, 2] = store[at + 2]
+        _gather_row(store, row_offset[u], snaps[row_snap[u]], nodes, out[i])
+
+
+@kernel
+def _gather_planes(store, row_offset, row_snap, snaps, nodes, start, scratch, out):
+    """out[i] = the codes of nodes ``nodes`` in unique config start + i in byte planes (``planes.py``):
+    (k, 12·len(nodes)) uint8; scratch: (3·len(nodes),) int32, the row on its way (in cache)."""
+    for i in range(out.shape[0]):
+        u = start + i
+        _gather_row(store, row_offset[u], snaps[row_snap[u]], nodes, scratch)
+        split_row(scratch, out[i])
 
 
 @dataclass
@@ -194,7 +210,8 @@ class TiedCodes:
 
     ``tie``: (nc,) int32, the stored column of every configurable node, numbered in order of first
     appearance (``tie[j] ≤ j``): the ``config_node_tie`` of the shards. ``num_rows``: c_u.
-    ``stored(a, b)`` gives configs a..b−1 as the shards store them, (b−a, nt, 3) int32;
+    ``stored(a, b)`` gives configs a..b−1 in the stored columns, (b−a, nt, 3) int32 (``stored_planes``: as the
+    shards store them, in byte planes);
     ``full(a, b)`` expands them to every node, (b−a, nc, 3) int32. ``nbytes``: bytes held.
     """
 
@@ -216,16 +233,35 @@ class TiedCodes:
         return 4 * used + self._snaps.nbytes + self._row_offset[: self.num_rows].nbytes + \
             self._row_snap[: self.num_rows].nbytes
 
-    def _gather(self, start: int, stop: int, nodes: np.ndarray) -> np.ndarray:
-        start, stop = max(0, start), min(stop, self.num_rows)
-        out = np.empty((max(0, stop - start), len(nodes), 3), np.int32)
-        _gather_rows(self._store, self._row_offset, self._row_snap, self._snaps, nodes.astype(np.int32), start, out)
+    def _rows(self, start: int, stop: int | None) -> tuple[int, int]:
+        stop = self.num_rows if stop is None else stop
+        return max(0, start), max(max(0, start), min(stop, self.num_rows))
+
+    def _gather(self, start: int, stop: int | None, nodes: np.ndarray) -> np.ndarray:
+        start, stop = self._rows(start, stop)
+        out = np.empty((stop - start, len(nodes), 3), np.int32)
+        _gather_rows(self._store, self._row_offset, self._row_snap, self._snaps, nodes.astype(np.int32), start,
+                     out.reshape(stop - start, 3 * len(nodes)))
         return out
+
+    def _stored_nodes(self) -> np.ndarray:
+        """The first node of every stored column, in column order: (nt,) int32."""
+        _, first = np.unique(self.tie, return_index=True)
+        return first.astype(np.int32)
 
     def stored(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Configs start..stop−1 in the stored columns: (k, nt, 3) int32."""
-        _, first = np.unique(self.tie, return_index=True)
-        return self._gather(start, self.num_rows if stop is None else stop, first)
+        return self._gather(start, stop, self._stored_nodes())
+
+    def stored_planes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Configs start..stop−1 as the shards store them: each row's (nt, 3) codes in byte planes
+        (``planes.split_planes``), (k, 12·nt) uint8, gathered and split in one pass."""
+        start, stop = self._rows(start, stop)
+        nodes = self._stored_nodes()
+        out = np.empty((stop - start, PLANES * 3 * len(nodes)), np.uint8)
+        _gather_planes(self._store, self._row_offset, self._row_snap, self._snaps, nodes, start,
+                       np.empty(3 * len(nodes), np.int32), out)
+        return out
 
     def full(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Configs start..stop−1 for every configurable node: (k, nc, 3) int32."""

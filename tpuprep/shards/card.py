@@ -169,8 +169,10 @@ def render_card(manifest: dict, root: Path | Store | None = None) -> str:
         "filter on `graph_id` (row-group statistics make that read only the graph's row groups).",
         "- Layout configs are stored as base-7 codes (column `codes`, described below): value = "
         "(code // 7**i) % 7 - 1 for slot i of each 6-slot block t (slots 6t..6t+5, first slot least significant). "
+        "A config's codes value holds its int32 codes in byte planes (byte 0 of every code, then byte 1, ...). "
         "Configurable nodes equal in every config of a graph share one stored column: a config's (nc, 3) codes "
-        "are `frombuffer(codes, '<i4').reshape(-1, 3)[config_node_tie]` (`config_node_tie` from the graphs row).",
+        "are `frombuffer(codes, 'u1').reshape(4, -1).T.copy().view('<i4').reshape(-1, 3)[config_node_tie]` "
+        "(`config_node_tie` from the graphs row).",
         "- Sampled reads: a layout graph's configs are cut into row groups of ≈ 32 KiB of codes (at least 64 "
         "configs, config_id order), so filtering on `graph_id` and `config_id IN (...)` decompresses only the "
         "row groups holding the sampled configs (`Dataset.sample_configs` in tpuprep).",

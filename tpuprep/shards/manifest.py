@@ -175,8 +175,11 @@ def check_version(m: Any, where: _Where) -> None:
     match = _VERSION.fullmatch(version) if isinstance(version, str) else None
     major = SCHEMA_VERSION.split(".")[0]
     if match is None or match.group(1) != major:
+        why = ("an older tpuprep wrote these shards: rebuild them with this one"
+               if match is not None and int(match.group(1)) < int(major)
+               else "a newer tpuprep wrote these shards, or the manifest is damaged")
         raise where.fail("schema_version", f"unknown schema version {version!r}: this tpuprep reads "
-                         f"schema {major}.x (a newer tpuprep wrote these shards, or the manifest is damaged)")
+                         f"schema {major}.x ({why})")
 
 
 def check_options(options: Any, where: _Where) -> BuildOptions:

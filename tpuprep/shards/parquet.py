@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from ..errors import BadShards, one_line
 from ..io.storage import storage_error
+from ..kernels.planes import join_planes
 from .schema import table_schema
 
 
@@ -98,9 +99,8 @@ def flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=array.null_count == 0 and not pa.types.is_boolean(array.type))
 
 
-def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
-    """The values of a binary column of equal-width rows, concatenated as one flat NumPy array
-    (zero-copy for a single chunk)."""
+def binary_bytes(column: pa.ChunkedArray) -> np.ndarray:
+    """The values of a binary column, concatenated: (total bytes,) uint8 (zero-copy for a single chunk)."""
     parts = []
     for chunk in column.chunks:
         if len(chunk) == 0:
@@ -108,8 +108,13 @@ def binary_rows(column: pa.ChunkedArray, dtype: str = "<i4") -> np.ndarray:
         offsets = np.frombuffer(chunk.buffers()[1], np.int32, len(chunk) + 1, chunk.offset * 4)
         data = chunk.buffers()[2]
         parts.append(np.frombuffer(data, np.uint8, int(offsets[-1] - offsets[0]), int(offsets[0])))
-    raw = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
-    return raw.view(np.dtype(dtype)).astype(np.dtype(dtype).newbyteorder("="), copy=False)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
+
+
+def codes_rows(column: pa.ChunkedArray, k: int) -> np.ndarray:
+    """The layout ``codes`` of k configs (each nt·12 bytes, byte planes: ``kernels.planes``) → their
+    stored codes (k, nt, 3) int32. ``ValueError`` when the values are not k rows of whole codes."""
+    return join_planes(binary_bytes(column).reshape(k, -1)).reshape(k, -1, 3)
 
 
 def shard_table(pf: pq.ParquetFile) -> str:

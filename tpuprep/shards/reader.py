@@ -38,9 +38,9 @@ from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
 from .parquet import (
-    binary_rows,
     check_shard_schema,
     chunk_ranges,
+    codes_rows,
     flat,
     open_parquet,
     read_row_group,
@@ -549,7 +549,7 @@ class Dataset:
         record.group_size = flat(configs.column("group_size"))
         record.first_index = flat(configs.column("first_index"))
         if kind == "layout":
-            stored = binary_rows(configs.column("codes")).reshape(-1, scalar["num_config_columns"], 3)
+            stored = codes_rows(configs.column("codes"), rows).reshape(rows, scalar["num_config_columns"], 3)
             record.config_codes = expand_tied(stored, record.config_node_tie)
         else:
             record.config_feat = flat(configs.column("config_feat")).reshape(-1, 24)
@@ -739,7 +739,7 @@ class Dataset:
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
         taken = table.take(pa.array(pos))
-        stored = binary_rows(taken.column("codes")).reshape(len(rows), -1, 3) if len(rows) else \
+        stored = codes_rows(taken.column("codes"), len(rows)) if len(rows) else \
             np.zeros((0, 0, 3), np.int32)
         if columns is not None:
             if len(columns["group_size"]) != starts[-1]:

@@ -186,7 +186,7 @@ def config_table(g: ConvertedGraph, start: int = 0, stop: int | None = None,
     columns["runtime_spread"] = (pa.nulls(u, pa.int64()) if spread is None
                                  else pa.array(spread[1][part] - spread[0][part], pa.int64()))
     if kind == "layout":
-        columns["codes"] = fixed_width_binary(g.config_columns.stored(start, stop).reshape(u, -1))
+        columns["codes"] = fixed_width_binary(g.config_columns.stored_planes(start, stop))
     else:
         normalizers = g.config_runtime_normalizers
         columns["normalizer"] = (pa.nulls(u, pa.int64()) if normalizers is None
