@@ -535,6 +535,11 @@ SHARD_TAMPER = {
     "num_unique_configs": ("graphs", "num_unique_configs", _bump, GRAPH, "num_unique_configs"),
     "num_repad_anomalies": ("graphs", "num_repad_anomalies", _bump, GRAPH, "graphs column num_repad_anomalies"),
     "num_config_nodes": ("graphs", "num_config_nodes", lambda v: v * 2, GRAPH, "cannot be"),
+    # the codes are read by the graph's stored-column count and ties: both checked, never read out of range
+    "num_config_columns": ("graphs", "num_config_columns", _bump, GRAPH, "config_node_tie names"),
+    "config_node_tie": ("graphs", "config_node_tie", lambda tie: [*tie[:-1], max(tie) + 1], GRAPH,
+                        "config_node_tie names"),
+    "codes-width": ("configs", "codes", lambda v: v[:-12], GRAPH, "codes values of"),
     "fold": ("graphs", "fold", lambda v: (v + 1) % 5, GRAPH, "graphs column fold"),
     "source_sha256": ("graphs", "source_sha256", lambda v: "0" * 64, GRAPH, "graphs column source_sha256"),
     "source_bytes": ("graphs", "source_bytes", _bump, GRAPH, "graphs column source_bytes"),

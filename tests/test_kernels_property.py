@@ -40,6 +40,7 @@ from tpuprep.kernels import (
     split_planes,
     tied,
 )
+from tpuprep.kernels import planes as planes_module
 from tpuprep.kernels.prune import hop_distance
 from tpuprep.kernels.repad import output_rank
 
@@ -522,6 +523,18 @@ def test_byte_planes_equal_reference_and_round_trip(k, n, data):
     np.testing.assert_array_equal(join_planes(planes), codes)
     read_only = np.frombuffer(planes.tobytes(), np.uint8).reshape(planes.shape)
     np.testing.assert_array_equal(join_planes(read_only), codes)
+    if n % 3 == 0:  # whole columns of 3 codes: any columns gathered while joined (ties expanded)
+        columns = np.array(data.draw(st.lists(st.integers(0, n // 3 - 1), max_size=8) if n else st.just([])), np.int64)
+        want = codes.reshape(k, n // 3, 3)[:, columns]
+        for source in (planes, read_only):
+            got = planes_module.join_columns(source, columns)
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want)
+        with pytest.raises(IndexError, match="config_node_tie names column"):
+            planes_module.join_columns(planes, np.array([n // 3], np.int64))
+    else:
+        with pytest.raises(ValueError, match="not 12 bytes per column"):
+            planes_module.join_columns(planes, np.zeros(1, np.int64))
 
 
 @pytest.mark.parametrize("shape", [(2, 6), (1, 3), (4,)])

@@ -2,7 +2,7 @@
 
 from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
-from .planes import join_planes, split_planes
+from .planes import join_columns, join_planes, split_planes
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
 from .repad import repad_node_feat
 from .tied import LayoutCollector, LayoutDedupResult, TiedCodes, keep_spare_store
@@ -19,6 +19,7 @@ __all__ = [
     "dedup_rows",
     "encode_base7",
     "float_keys",
+    "join_columns",
     "join_planes",
     "keep_all",
     "keep_spare_store",
@@ -56,6 +57,7 @@ def warm() -> None:
     stored = split_planes(codes.reshape(2, -1))
     join_planes(stored)
     join_planes(np.frombuffer(stored.tobytes(), np.uint8).reshape(stored.shape))  # as read from a shard
+    join_columns(np.frombuffer(stored.tobytes(), np.uint8).reshape(stored.shape), np.zeros(2, np.int64))
     # a streamed chunk: a read-only view of the inflated bytes
     chunk = np.frombuffer(np.full(36, -1, np.float32).tobytes(), np.float32).reshape(1, 2, 18)
     LayoutCollector(1, 2, with_runtime=False).add(chunk)

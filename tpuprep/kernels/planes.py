@@ -66,3 +66,33 @@ def join_planes(data: np.ndarray) -> np.ndarray:
     out = np.empty((data.shape[0], data.shape[1] // PLANES), np.int32)
     _join(data, out)
     return out
+
+
+@kernel
+def _join_columns(data, columns, scratch, out):
+    """out[r, m] = the 3 codes of column columns[m] of row r; each row joined into ``scratch`` (3·nt,)
+    int32 first (in cache), then its columns copied."""
+    for r in range(data.shape[0]):
+        join_row(data[r], scratch)
+        for m in range(columns.shape[0]):
+            at = 3 * columns[m]
+            out[r, m, 0] = scratch[at]
+            out[r, m, 1] = scratch[at + 1]
+            out[r, m, 2] = scratch[at + 2]
+
+
+def join_columns(data: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Rows of nt columns of 3 codes, stored in byte planes: (k, 12·nt) uint8 → the codes of ``columns``
+    (m,) int, (k, m, 3) int32, in one pass: ``join_planes(data).reshape(k, nt, 3)[:, columns]`` without the
+    intermediate array. ``ValueError`` when a row is not whole columns; ``IndexError`` when a column is
+    not one of the nt."""
+    data = np.asarray(data, np.uint8)
+    if data.ndim != 2 or data.shape[1] % (3 * PLANES):
+        raise ValueError(f"codes rows of {data.shape[-1] if data.ndim else 0} bytes: not 12 bytes per column")
+    nt = data.shape[1] // (3 * PLANES)
+    columns = np.asarray(columns, np.int64)
+    if len(columns) and (columns.min() < 0 or columns.max() >= nt):
+        raise IndexError(f"config_node_tie names column {int(columns.max())}, the codes hold {nt}")
+    out = np.empty((data.shape[0], len(columns), 3), np.int32)
+    _join_columns(data, columns, np.empty(3 * nt, np.int32), out)
+    return out

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BadShards, one_line
 from ..io.storage import storage_error
-from ..kernels.planes import join_planes
+from ..kernels.planes import join_columns, join_planes
 from .schema import table_schema
 
 
@@ -111,10 +112,21 @@ def binary_bytes(column: pa.ChunkedArray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.uint8)
 
 
-def codes_rows(column: pa.ChunkedArray, k: int) -> np.ndarray:
+def codes_rows(column: pa.ChunkedArray, k: int, columns: np.ndarray | None = None,
+               nt: int | None = None) -> np.ndarray:
     """The layout ``codes`` of k configs (each nt·12 bytes, byte planes: ``kernels.planes``) → their
-    stored codes (k, nt, 3) int32. ``ValueError`` when the values are not k rows of whole codes."""
-    return join_planes(binary_bytes(column).reshape(k, -1)).reshape(k, -1, 3)
+    stored codes (k, nt, 3) int32, or with ``columns`` (m,) int only those columns' codes (k, m, 3) int32,
+    gathered while joined (``config_node_tie``: every node's codes). ``ValueError`` unless the values are
+    k rows of one width in whole columns (``nt`` columns, if given); ``IndexError`` when a column is out
+    of range."""
+    lengths = pc.min_max(pc.binary_length(column)).as_py() if k else {"min": 0, "max": 0}
+    want = "whole 12-byte columns" if nt is None else f"{12 * nt} bytes"
+    if len(column) != k or lengths["min"] != lengths["max"] or lengths["min"] % 12 or \
+            (nt is not None and lengths["min"] != 12 * nt):
+        raise ValueError(f"codes values of {lengths['min']}..{lengths['max']} bytes in {len(column)} rows, "
+                         f"expected {k} rows of {want}")
+    data = binary_bytes(column).reshape(k, lengths["min"])
+    return join_planes(data).reshape(k, -1, 3) if columns is None else join_columns(data, columns)
 
 
 def shard_table(pf: pq.ParquetFile) -> str:

@@ -549,8 +549,8 @@ class Dataset:
         record.group_size = flat(configs.column("group_size"))
         record.first_index = flat(configs.column("first_index"))
         if kind == "layout":
-            stored = codes_rows(configs.column("codes"), rows).reshape(rows, scalar["num_config_columns"], 3)
-            record.config_codes = expand_tied(stored, record.config_node_tie)
+            record.config_codes = codes_rows(configs.column("codes"), rows, record.config_node_tie,
+                                             scalar["num_config_columns"])  # expanded while joined
         else:
             record.config_feat = flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
@@ -576,9 +576,13 @@ class Dataset:
             record.node_config_ids = _list_cell(g, "node_config_ids", row)
             record.node_splits = _list_cell(g, "node_splits", row)
             record.config_node_tie = _list_cell(g, "config_node_tie", row)
-            if len(record.config_node_tie) != scalar["num_config_nodes"]:
-                raise ValueError(f"config_node_tie has {len(record.config_node_tie)} entries, "
+            tie = record.config_node_tie
+            if len(tie) != scalar["num_config_nodes"]:
+                raise ValueError(f"config_node_tie has {len(tie)} entries, "
                                  f"num_config_nodes is {scalar['num_config_nodes']}")
+            if scalar["num_config_columns"] != (int(tie.max()) + 1 if len(tie) else 0):
+                raise ValueError(f"num_config_columns is {scalar['num_config_columns']}, config_node_tie names "
+                                 f"{int(tie.max()) + 1 if len(tie) else 0} columns")
         else:
             record.config_runtime_normalizers_original = _list_cell(g, "config_runtime_normalizers_original", row)
         return _read_only(record)
@@ -739,7 +743,7 @@ class Dataset:
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
         taken = table.take(pa.array(pos))
-        stored = codes_rows(taken.column("codes"), len(rows)) if len(rows) else \
+        stored = codes_rows(taken.column("codes"), len(rows), nt=int(tie.max()) + 1 if len(tie) else 0) if len(rows) else \
             np.zeros((0, 0, 3), np.int32)
         if columns is not None:
             if len(columns["group_size"]) != starts[-1]:
