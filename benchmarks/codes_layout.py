@@ -73,7 +73,7 @@ def measure(shards: Path, graphs: int = 3, levels: tuple[int, ...] = (3, 1), rep
             for name, data in layouts.items():
                 pages = [data[s:s + rows].tobytes() for s in range(0, c_u, rows)]
                 seconds, size = _compress_all(pages, level, repeat)
-                figures[name] = {"cpu_s": round(seconds, 4), "mb_per_s": round(flat.nbytes / seconds / 1e6, 1),
+                figures[name] = {"cpu_s": seconds, "mb_per_s": round(flat.nbytes / seconds / 1e6, 1),
                                  "ratio": round(size / flat.nbytes, 4)}
             figures["planes_over_plain"] = {
                 "cpu": round(figures["planes"]["cpu_s"] / figures["plain"]["cpu_s"], 3),
