@@ -216,9 +216,8 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
                 "split": i.split, "bytes": i.size, "status": "quarantined", "key": None, "error": error,
                 **i.describe()}
                for i in batch]
-    files = [[i.relpath, i.size, None] for i in batch]
-    return {"fingerprint": {"schema_version": SCHEMA_VERSION, "options": opts.fingerprint(), "files": files},
-            "records": records, "parts": None}
+    return {"fingerprint": _fingerprint(batch, opts, [(i.size, None) for i in batch]), "records": records,
+            "parts": None}
 
 
 def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,

@@ -234,8 +234,8 @@ class TiedCodes:
             self._row_snap[: self.num_rows].nbytes
 
     def _rows(self, start: int, stop: int | None) -> tuple[int, int]:
-        stop = self.num_rows if stop is None else stop
-        return max(0, start), max(max(0, start), min(stop, self.num_rows))
+        start = max(0, start)
+        return start, max(start, min(self.num_rows if stop is None else stop, self.num_rows))
 
     def _gather(self, start: int, stop: int | None, nodes: np.ndarray) -> np.ndarray:
         start, stop = self._rows(start, stop)
