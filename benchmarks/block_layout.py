@@ -51,6 +51,8 @@ def write_both(ds, graph_id: str, folder: Path) -> tuple[Path, Path, int]:
         "position", pa.array(np.arange(table.num_rows, dtype=np.int32)))
     opts["column_encoding"] = {**opts["column_encoding"], "position": "DELTA_BINARY_PACKED"}
     opts["write_statistics"] = [*opts["write_statistics"], "position"]
+    if isinstance(opts["compression"], dict):  # per-column codecs: the added column is a small one too
+        opts["compression"] = {**opts["compression"], "position": "none"}
     pq.write_table(shuffled, permuted, row_group_size=rows, **opts)
     return today, permuted, rows
 

@@ -93,8 +93,8 @@ def fix_manifest_hash(root: Path, shard: Path) -> None:
 def rewrite_shard(root: Path, shard: Path, change: Callable[[pa.Table], pa.Table],
                   compression: str | dict = "zstd") -> None:
     """Rewrite a shard row group by row group (boundaries, schema and its metadata kept, ``compression``
-    (zstd: what tpuprep writes), page checksums, graph_id statistics), ``change`` applied to the whole
-    table first; fix the manifest."""
+    (by default zstd on every column, which verify accepts: schema 3.0 wrote every column so), page
+    checksums, graph_id statistics), ``change`` applied to the whole table first; fix the manifest."""
     pf = pq.ParquetFile(shard)
     sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
     table = change(pf.read())
@@ -560,14 +560,23 @@ def test_verify_rejects_a_tampered_shard(shards, src, check):
 
 
 def test_verify_names_a_shard_compressed_with_another_codec(shards, src):
-    """tpuprep writes every column with zstd: a shard rewritten with other codecs (a dict leaves the
-    columns it does not name uncompressed) is named with them."""
+    """Each column must be compressed as its schema says (layout configs: codes zstd, the small columns
+    uncompressed, or zstd as schema 3.0 wrote them): a shard rewritten with other codecs (a dict leaves
+    the columns it does not name uncompressed) is named with every column that differs."""
     gid = first_graph(shards, GRAPH, "train")
     _, shard = shard_of(shards, gid, "configs")
     assert problems_of(src, shards) == []
     rewrite_shard(shards, shard, lambda t: t, compression={"codes": "snappy", "runtime": "gzip"})
-    problems = problems_of(src, shards)
-    assert any("compressed with ['GZIP', 'SNAPPY', 'UNCOMPRESSED'], tpuprep writes zstd" in p for p in problems), problems
+    problems = [p for p in problems_of(src, shards) if "compressed with" in p]
+    assert len(problems) == 1, problems
+    assert ("column codes is compressed with ['SNAPPY'], the layout_configs schema says zstd; "
+            "column runtime is compressed with ['GZIP'], the layout_configs schema says none") in problems[0]
+    rewrite_shard(shards, shard, lambda t: t, compression="none")
+    problems = [p for p in problems_of(src, shards) if "compressed with" in p]
+    assert problems and "column codes is compressed with ['UNCOMPRESSED']" in problems[0], problems
+    assert "column runtime" not in problems[0]
+    rewrite_shard(shards, shard, lambda t: t, compression="zstd")  # every column, as schema 3.0 wrote them
+    assert not [p for p in problems_of(src, shards) if "compressed with" in p]
 
 
 def test_verify_finds_two_unique_layout_configs_with_equal_values(shards, src):

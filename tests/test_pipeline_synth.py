@@ -14,7 +14,7 @@ import tpuprep
 from tpuprep.build import build
 from tpuprep.cli import main
 from tpuprep.options import BuildOptions
-from tpuprep.shards.schema import SCHEMA_VERSION, manifest_schema, table_schema
+from tpuprep.shards.schema import COMPRESSIONS, SCHEMA_VERSION, manifest_schema, table_schema
 from tpuprep.tpugraphs import REPADDED_COLUMNS
 from tpuprep.verify import verify
 
@@ -38,7 +38,16 @@ def test_every_shard_matches_its_schema_file(synth_shards):
         meta = pf.schema_arrow.metadata
         assert meta[b"schema_version"] == SCHEMA_VERSION.encode() and meta[b"table"] == shard["table"].encode()
         assert pf.metadata.num_rows == shard["rows"]
-        assert pf.metadata.row_group(0).column(0).compression == "ZSTD"
+        ts = table_schema(shard["table"])
+        for rg in range(pf.metadata.num_row_groups):  # each column compressed as its schema says
+            for c in range(pf.metadata.num_columns):
+                col = pf.metadata.row_group(rg).column(c)
+                want = COMPRESSIONS[ts.compression(col.path_in_schema.split(".")[0])]
+                assert col.compression == want, (shard["path"], col.path_in_schema)
+        if shard["table"] == "layout_configs":  # only codes is worth compressing (schemas/layout_configs.json)
+            names = [pf.metadata.row_group(0).column(c).path_in_schema for c in range(pf.metadata.num_columns)]
+            codecs = {n: pf.metadata.row_group(0).column(c).compression for c, n in enumerate(names)}
+            assert codecs == {n: "ZSTD" if n == "codes" else "UNCOMPRESSED" for n in names}
 
 
 def test_layout_row_groups_never_span_two_graphs(synth_shards):

@@ -6,7 +6,8 @@ a kernel bug cannot hide behind itself. What is checked:
 
 - the manifest: the full JSON Schema (``schemas/manifest.schema.json``) on top of the cheap check every
   reader runs (``manifest.check_manifest``); its options are a valid ``BuildOptions``;
-- every shard file: inside the folder, a regular file, size and sha256 as in the manifest, zstd, the
+- every shard file: inside the folder, a regular file, size and sha256 as in the manifest, each column
+  compressed as its schema says (zstd, or uncompressed where the schema says ``none``), the
   ``table`` its metadata names and that table's columns, rows, row groups, first and last graph as in
   the manifest; ``graphs``
   rows hold exactly the manifest's converted graphs of that collection and split (each once, sorted);
@@ -59,6 +60,7 @@ from .shards.layout import MANIFEST
 from .shards.manifest import COUNT_FIELDS, validate_schema
 from .shards.parquet import check_shard_schema, read_row_group, read_row_groups
 from .shards.reader import Dataset, GraphRecord, open_dataset
+from .shards.schema import COMPRESSIONS, table_schema
 from .tpugraphs import (
     FEATURE_STATS_COLUMNS,
     OPCODE_CONVOLUTION,
@@ -513,6 +515,26 @@ def _column(pf, path: Path | str, name: str) -> pa.ChunkedArray:
     return read_row_groups(pf, path, groups, [name]).column(0)
 
 
+def _check_codecs(meta, rel: str, table: str, problems: list[str]) -> None:
+    """Every column chunk compressed as its schema column says: zstd, or (``compression: none``) stored
+    uncompressed — or zstd there too, as schema 3.0 stored every column. One line names every column
+    compressed otherwise, with the codecs found."""
+    schema = table_schema(table)
+    known = set(schema.arrow.names)
+    bad: dict[str, set[str]] = defaultdict(set)
+    for rg in range(meta.num_row_groups):
+        for c in range(meta.num_columns):
+            col = meta.row_group(rg).column(c)
+            name = col.path_in_schema.split(".")[0]
+            want = schema.compression(name) if name in known else "zstd"
+            if col.compression not in (COMPRESSIONS[want], "ZSTD"):
+                bad[name].add(col.compression)
+    if bad:
+        problems.append(f"{rel}: " + "; ".join(
+            f"column {name} is compressed with {sorted(codecs)}, the {table} schema says "
+            f"{schema.compression(name) if name in known else 'zstd'}" for name, codecs in sorted(bad.items())))
+
+
 def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: list[str], graph_rows: dict,
                         config_rows: dict) -> None:
     """One shard's footer and id columns against its manifest entry; records where graphs live."""
@@ -524,10 +546,7 @@ def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: li
         if got != want:
             problems.append(f"{rel}: holds {what} {got!r}, the manifest says {want!r}")
             return
-    codecs = {meta.row_group(rg).column(c).compression for rg in range(meta.num_row_groups)
-              for c in range(meta.num_columns)}
-    if codecs - {"ZSTD"}:
-        problems.append(f"{rel}: compressed with {sorted(codecs)}, tpuprep writes zstd")
+    _check_codecs(meta, rel, shard["table"], problems)
     ids = _column(pf, path, "graph_id").combine_chunks()
     if len(ids) and (ids[0].as_py() != shard["first_graph"] or ids[-1].as_py() != shard["last_graph"]):
         problems.append(f"{rel}: graphs {ids[0]}..{ids[-1]}, the manifest says {shard['first_graph']}..{shard['last_graph']}")

@@ -3,7 +3,8 @@
 Each table file lists its columns with an Arrow type string (``int32``, ``list<int32>``,
 ``fixed_size_list<float32, 140>``, ``list<fixed_size_list<int32, 3>>`` ...), nullability, unit,
 meaning, the Parquet encoding chosen for the column (``plain``, ``dictionary``, ``delta``,
-``byte_stream_split``) and whether statistics are written for it.
+``byte_stream_split``), its compression (``zstd``, the default, or ``none``) and whether statistics are
+written for it.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pyarrow is imported where it is used: reading the manifest does not need it
     import pyarrow as pa
 
-SCHEMA_VERSION = "3.0"
+SCHEMA_VERSION = "3.1"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVE_NAMES = ("string", "binary", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                    "uint32", "uint64", "float32", "float64")
 _ENCODINGS = {"delta": "DELTA_BINARY_PACKED", "byte_stream_split": "BYTE_STREAM_SPLIT", "plain": "PLAIN"}
+COMPRESSIONS = {"zstd": "ZSTD", "none": "UNCOMPRESSED"}
+"""A column's ``compression`` in the schema files → the codec Parquet's metadata names."""
 
 
 _LIST = re.compile(r"list<(.+)>")
@@ -74,11 +77,17 @@ class TableSchema:
     columns: tuple[dict[str, Any], ...]
     arrow: pa.Schema
 
-    def parquet_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``pyarrow.parquet.ParquetWriter`` (encodings and statistics)."""
+    def compression(self, column: str) -> str:
+        """The ``compression`` of ``column`` (``zstd`` unless its schema entry says ``none``)."""
+        return next(c.get("compression", "zstd") for c in self.columns if c["name"] == column)
+
+    def parquet_options(self, compression_level: int) -> dict[str, Any]:
+        """Keyword arguments for ``pyarrow.parquet.ParquetWriter``: encodings, statistics and compression
+        (zstd at ``compression_level``, per column when some column is stored uncompressed)."""
         dictionary: list[str] = []
         encodings: dict[str, str] = {}
         statistics: list[str] = []
+        codecs: dict[str, str] = {}
         for col in self.columns:
             paths = leaf_paths(col["name"], self.arrow.field(col["name"]).type)
             enc = col.get("encoding", "plain")
@@ -88,10 +97,19 @@ class TableSchema:
                 encodings.update({p: _ENCODINGS[enc] for p in paths})
             if col.get("statistics"):
                 statistics += paths
+            codecs.update(dict.fromkeys(paths, col.get("compression", "zstd")))
+        if set(codecs.values()) == {"zstd"}:
+            compression: Any = "zstd"
+            level: Any = compression_level
+        else:  # pyarrow takes a level only for the columns of a codec that has levels
+            compression = codecs
+            level = {p: compression_level for p, c in codecs.items() if c == "zstd"}
         return {
             "use_dictionary": dictionary,
             "column_encoding": encodings,
             "write_statistics": statistics,
+            "compression": compression,
+            "compression_level": level,
         }
 
 

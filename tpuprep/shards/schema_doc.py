@@ -103,11 +103,12 @@ def render_table(name: str, level: int = 3) -> str:
     lines = [f"{'#' * level} `{name}`", "", ts.description, ""]
     if name in _TABLE_FILES:
         lines += [f"Files: `{_TABLE_FILES[name]}`. Sort key: {', '.join(f'`{k}`' for k in ts.sort_key)}.", ""]
-    lines += ["| column | type | nullable | unit | encoding | statistics | meaning |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| column | type | nullable | unit | encoding | compression | statistics | meaning |",
+              "|---|---|---|---|---|---|---|---|"]
     for c in ts.columns:
         lines.append(f"| `{c['name']}` | `{c['type']}` | {'yes' if c['nullable'] else 'no'} | {c.get('unit') or ''} | "
-                     f"{c.get('encoding', 'plain')} | {'yes' if c.get('statistics') else ''} | {_cell(c['description'])} |")
+                     f"{c.get('encoding', 'plain')} | {c.get('compression', 'zstd')} | "
+                     f"{'yes' if c.get('statistics') else ''} | {_cell(c['description'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,8 +191,8 @@ def render_schema_reference() -> str:
     parts = [
         HEADER, "",
         "# Schema reference", "",
-        f"Schema version **{SCHEMA_VERSION}**. Every shard is a Parquet file (zstd) whose key-value metadata "
-        "holds `schema_version` and `table` (one of "
+        f"Schema version **{SCHEMA_VERSION}**. Every shard is a Parquet file whose columns are zstd-compressed "
+        "unless their `compression` below is `none`, and whose key-value metadata holds `schema_version` and `table` (one of "
         + ", ".join(f"`{t}`" for t in TABLES)
         + "); the Arrow schema is stored too, with each column's `description` and `unit` as field metadata. "
         "Runtimes are int64 nanoseconds and are never stored as floats.", "",

@@ -204,11 +204,12 @@ def _chunked(array: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def parquet_options(table: str, compression_level: int) -> dict:
-    """The ``pyarrow.parquet`` writer options of a shard of ``table``: zstd, page index, stored Arrow
-    schema, and a CRC-32 checksum in every page header, which the reader verifies (a flipped byte fails
-    loudly instead of decoding to wrong values), plus the table's per-column encodings and statistics."""
-    return {"compression": "zstd", "compression_level": compression_level, "write_page_index": True,
-            "write_page_checksum": True, "store_schema": True, **table_schema(table).parquet_options()}
+    """The ``pyarrow.parquet`` writer options of a shard of ``table``: page index, stored Arrow schema,
+    and a CRC-32 checksum in every page header, which the reader verifies (a flipped byte fails loudly
+    instead of decoding to wrong values), plus the table's per-column encodings, statistics and
+    compression (zstd at ``compression_level`` unless the schema stores a column uncompressed)."""
+    return {"write_page_index": True, "write_page_checksum": True, "store_schema": True,
+            **table_schema(table).parquet_options(compression_level)}
 
 
 def _writer(path: Path, table: str, compression_level: int) -> pq.ParquetWriter:
