@@ -244,3 +244,23 @@ def test_codes_layout_benchmark_compresses_the_same_codes_in_both_layouts(synth_
     size = {g: ds.graph_row(g)["num_unique_configs"] * ds.graph_row(g)["num_config_columns"]
             for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)}
     assert sorted(size.values())[-2:] == sorted(g["c_u"] * g["nt"] for g in res["graphs"])
+
+
+def test_pack_kernel_benchmark_times_both_kernels_on_the_same_chunks(synth_root, tmp_path):
+    """benchmarks.pack_kernel: the current packing kernel, the previous one (restated in the benchmark)
+    and the inflate floor on the same chunks of real-format files; the two kernels' outputs are checked
+    equal inside the run (it fails otherwise), and each figure is named after its file and nc."""
+    from tpuprep.io.npz import NpzFile
+
+    files = sorted((synth_root / "npz" / "layout").rglob("*.npz"))[:2]
+    out = tmp_path / "k.json"
+    proc = run_module("benchmarks.pack_kernel", *map(str, files), "--chunks", "2", "--repeat", "1",
+                      "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [r["chunks"] for r in rows] == [f.name for f in files]
+    for f, r in zip(files, rows, strict=True):
+        with NpzFile(f) as npz:
+            assert r["nc"] == npz.members["node_config_feat"].shape[1]
+        assert r["mib"] > 0 and r["floor_us_per_mib"] > 0
+        assert r["current_us_per_mib"] > 0 and r["previous_us_per_mib"] > 0

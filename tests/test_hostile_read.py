@@ -560,21 +560,24 @@ def test_verify_rejects_a_tampered_shard(shards, src, check):
 
 
 def test_verify_names_a_shard_compressed_with_another_codec(shards, src):
-    """Each column must be compressed as its schema says (layout configs: codes zstd, the small columns
-    uncompressed, or zstd as schema 3.0 wrote them): a shard rewritten with other codecs (a dict leaves
+    """Each column must be compressed as its schema says (layout configs: codes and runtimes zstd, the
+    id and count columns uncompressed, or zstd as schema 3.0 wrote them): a shard rewritten with other codecs (a dict leaves
     the columns it does not name uncompressed) is named with every column that differs."""
     gid = first_graph(shards, GRAPH, "train")
     _, shard = shard_of(shards, gid, "configs")
     assert problems_of(src, shards) == []
-    rewrite_shard(shards, shard, lambda t: t, compression={"codes": "snappy", "runtime": "gzip"})
+    rewrite_shard(shards, shard, lambda t: t, compression={"codes": "snappy", "config_id": "gzip"})
     problems = [p for p in problems_of(src, shards) if "compressed with" in p]
     assert len(problems) == 1, problems
-    assert ("column codes is compressed with ['SNAPPY'], the layout_configs schema says zstd; "
-            "column runtime is compressed with ['GZIP'], the layout_configs schema says none") in problems[0]
+    for said in ("column codes is compressed with ['SNAPPY'], the layout_configs schema says zstd",
+                 "column config_id is compressed with ['GZIP'], the layout_configs schema says none",
+                 "column runtime is compressed with ['UNCOMPRESSED'], the layout_configs schema says zstd"):
+        assert said in problems[0], problems
+    assert "column graph_id" not in problems[0]  # uncompressed, as its schema says
     rewrite_shard(shards, shard, lambda t: t, compression="none")
     problems = [p for p in problems_of(src, shards) if "compressed with" in p]
     assert problems and "column codes is compressed with ['UNCOMPRESSED']" in problems[0], problems
-    assert "column runtime" not in problems[0]
+    assert "column config_id" not in problems[0]
     rewrite_shard(shards, shard, lambda t: t, compression="zstd")  # every column, as schema 3.0 wrote them
     assert not [p for p in problems_of(src, shards) if "compressed with" in p]
 
