@@ -264,3 +264,24 @@ def test_pack_kernel_benchmark_times_both_kernels_on_the_same_chunks(synth_root,
             assert r["nc"] == npz.members["node_config_feat"].shape[1]
         assert r["mib"] > 0 and r["floor_us_per_mib"] > 0
         assert r["current_us_per_mib"] > 0 and r["previous_us_per_mib"] > 0
+
+
+def test_column_bytes_benchmark_sums_every_column_chunk_of_every_shard(synth_shards, tmp_path):
+    """benchmarks.column_bytes: per table and column, the footers' byte counts summed over every shard
+    of the manifest; layout configs show the codecs their schema file names."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "b.json"
+    proc = run_module("benchmarks.column_bytes", str(synth_shards), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert sorted(res) == ["layout_configs", "layout_graphs", "tile_configs", "tile_graphs"]
+    shards = json.loads((synth_shards / "manifest.json").read_text())["shards"]
+    files = [synth_shards / s["path"] for s in shards if s["table"] == "layout_configs"]
+    metas = [pq.ParquetFile(f).metadata for f in files]
+    codes = res["layout_configs"]["codes"]
+    assert codes["chunks"] == sum(m.num_row_groups for m in metas)
+    assert codes["stored"] == sum(m.row_group(i).column(m.schema.names.index("codes")).total_compressed_size
+                                  for m in metas for i in range(m.num_row_groups))
+    assert codes["codecs"] == ["ZSTD"] and res["layout_configs"]["config_id"]["codecs"] == ["UNCOMPRESSED"]
+    assert res["layout_configs"]["config_id"]["ratio"] == 1.0

@@ -70,8 +70,8 @@ def as_converter() -> None:
 
 def _freeze_heap() -> None:
     """Move every object alive now (modules, kernels: ≈ 120,000 in a worker) out of the garbage
-    collector's reach. They live as long as the process, yet each full collection walked them all: one
-    99,980-config file spent 0.03–0.15 s in collections, 0.02–0.03 s with them frozen."""
+    collector's reach. They live as long as the process, yet each full collection walked them all (the
+    collector was ≈ 1.2 % of a build's CPU: benchmarks/RESULTS.md §21)."""
     gc.freeze()
 
 
