@@ -49,6 +49,8 @@ def test_every_shard_matches_its_schema_file(synth_shards):
             codecs = {n: pf.metadata.row_group(0).column(c).compression for c, n in enumerate(names)}
             plain = ("graph_id", "config_id", "group_size", "first_index")
             assert codecs == {n: "UNCOMPRESSED" if n in plain else "ZSTD" for n in names}
+            with pytest.raises(KeyError, match="no column 'codez'"):
+                ts.compression("codez")
 
 
 def test_layout_row_groups_never_span_two_graphs(synth_shards):

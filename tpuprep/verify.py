@@ -520,19 +520,19 @@ def _check_codecs(meta, rel: str, table: str, problems: list[str]) -> None:
     uncompressed — or zstd there too, as schema 3.0 stored every column. One line names every column
     compressed otherwise, with the codecs found."""
     schema = table_schema(table)
-    known = set(schema.arrow.names)
+    want = {name: schema.compression(name) for name in schema.arrow.names}  # a column of a newer minor: zstd
     bad: dict[str, set[str]] = defaultdict(set)
     for rg in range(meta.num_row_groups):
-        for c in range(meta.num_columns):
-            col = meta.row_group(rg).column(c)
+        group = meta.row_group(rg)
+        for c in range(group.num_columns):
+            col = group.column(c)
             name = col.path_in_schema.split(".")[0]
-            want = schema.compression(name) if name in known else "zstd"
-            if col.compression not in (COMPRESSIONS[want], "ZSTD"):
+            if col.compression not in (COMPRESSIONS[want.get(name, "zstd")], "ZSTD"):
                 bad[name].add(col.compression)
     if bad:
         problems.append(f"{rel}: " + "; ".join(
-            f"column {name} is compressed with {sorted(codecs)}, the {table} schema says "
-            f"{schema.compression(name) if name in known else 'zstd'}" for name, codecs in sorted(bad.items())))
+            f"column {name} is compressed with {sorted(codecs)}, the {table} schema says {want.get(name, 'zstd')}"
+            for name, codecs in sorted(bad.items())))
 
 
 def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: list[str], graph_rows: dict,

@@ -49,8 +49,9 @@ def pack_valid(flat, out):
 
     flat: (6·N,) values already known to be integers in −1..5 (float or int dtype); out: (N,) int32.
     Computed as Σ_j flat[6i + j] · 7^j + ``DIGIT_OFFSET`` with float32 weights, so float32 input stays
-    float32 (8 lanes per AVX2 register, ≈ 1.7 × the float64 arithmetic; benchmarks/RESULTS.md §21).
-    Exact for every dtype: each partial sum is an integer of magnitude < 7^6 < 2^24.
+    float32 (int weights promoted it to float64, half the lanes per vector register; the kernel is
+    measured in benchmarks/RESULTS.md §21). Exact for every dtype: each partial sum is an integer of
+    magnitude < 7^6 < 2^24.
     """
     for i in range(out.size):
         b = BLOCK * i

@@ -78,8 +78,12 @@ class TableSchema:
     arrow: pa.Schema
 
     def compression(self, column: str) -> str:
-        """The ``compression`` of ``column`` (``zstd`` unless its schema entry says ``none``)."""
-        return next(c.get("compression", "zstd") for c in self.columns if c["name"] == column)
+        """The ``compression`` of ``column`` (``zstd`` unless its schema entry says ``none``); KeyError
+        for a column the table does not have."""
+        for c in self.columns:
+            if c["name"] == column:
+                return c.get("compression", "zstd")
+        raise KeyError(f"table {self.name} has no column {column!r}")
 
     def parquet_options(self, compression_level: int) -> dict[str, Any]:
         """Keyword arguments for ``pyarrow.parquet.ParquetWriter``: encodings, statistics and compression
