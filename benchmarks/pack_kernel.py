@@ -30,38 +30,33 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from tpuprep.convert import rows_per_chunk
 from tpuprep.io import inflate
-from tpuprep.kernels.base7 import SLOTS
+from tpuprep.kernels.base7 import SLOTS, all_valid
 from tpuprep.kernels.dedup import _hash_row
-from tpuprep.kernels.tied import _pack_rows
+from tpuprep.kernels.tied import _pack_rows, note_ties
+from tpuprep.options import BuildOptions
 
-CHUNK_BYTES = 1 << 20  # BuildOptions.chunk_bytes
+CHUNK_BYTES = BuildOptions().chunk_bytes
 
 
 @njit(cache=False, nogil=True)
 def _previous_pack_rows(values, codes, hashes, rep, differs):
-    """The kernel as it was before benchmarks/RESULTS.md §21 (same outputs)."""
-    ok = True
-    nc = rep.shape[0]
+    """The kernel as it was before benchmarks/RESULTS.md §21 (same outputs): validation row by row
+    inside the row loop, and the previous ``pack_valid``, whose int weights made float64 arithmetic of
+    float32 values. Hashing and the tie check are today's, unchanged since."""
     for r in range(codes.shape[0]):
         v = values[r]
         out = codes[r]
-        for i in range(v.size):
-            x = v[i]
-            ok &= (x >= -1) & (x <= 5) & (x == np.floor(x))
-        if not ok:
+        if not all_valid(v):
             return False
         for i in range(out.size):
             b = 6 * i
             out[i] = np.int32((v[b] + 1) + 7 * (v[b + 1] + 1) + 49 * (v[b + 2] + 1) + 343 * (v[b + 3] + 1)
                               + 2401 * (v[b + 4] + 1) + 16807 * (v[b + 5] + 1))
         hashes[r] = _hash_row(out)
-        for j in range(nc):
-            q = rep[j]
-            if q != j and not differs[j]:
-                differs[j] = (out[3 * j] != out[3 * q]) | (out[3 * j + 1] != out[3 * q + 1]) | (
-                    out[3 * j + 2] != out[3 * q + 2])
-    return ok
+        note_ties(out, rep, differs)
+    return True
 
 
 def npz_chunks(path: Path, count: int) -> list[np.ndarray]:
@@ -72,7 +67,7 @@ def npz_chunks(path: Path, count: int) -> list[np.ndarray]:
     with NpzFile(path) as f:
         member = f.members["node_config_feat"]
         nc = member.shape[1]
-        rows = max(1, CHUNK_BYTES // (nc * SLOTS * 4))
+        rows = rows_per_chunk(nc * SLOTS * 4, CHUNK_BYTES)
         chunks = []
         for _, chunk in f.iter_rows("node_config_feat", rows):
             chunks.append(np.ascontiguousarray(chunk, np.float32).reshape(len(chunk), -1))
@@ -83,7 +78,7 @@ def npz_chunks(path: Path, count: int) -> list[np.ndarray]:
 
 def random_chunks(nc: int, count: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    rows = max(1, CHUNK_BYTES // (nc * SLOTS * 4))
+    rows = rows_per_chunk(nc * SLOTS * 4, CHUNK_BYTES)
     return [rng.integers(-1, 6, size=(rows, nc * SLOTS)).astype(np.float32) for _ in range(count)]
 
 

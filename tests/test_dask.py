@@ -453,7 +453,6 @@ def test_cli_build_tunes_malloc_only_when_it_converts_in_its_own_process(monkeyp
 
     calls = []
     monkeypatch.setattr(executors, "tune_malloc", lambda: calls.append(1) or True)
-    gc.unfreeze()
     result = CliRunner().invoke(main, ["build", "--src", str(tiny_src), "--dst", str(tmp_path / "a"), "-q"])
     assert result.exit_code == 0, result.output
     assert calls == [1]

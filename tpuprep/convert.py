@@ -86,7 +86,8 @@ class _KeepAll:
         return kernels.DedupResult(self.keys, ids, np.ones(c, np.int32), ids.copy(), ids.copy(), self.rt, self.nz)
 
 
-def _rows_per_chunk(row_bytes: int, chunk_bytes: int) -> int:
+def rows_per_chunk(row_bytes: int, chunk_bytes: int) -> int:
+    """Rows of ``row_bytes`` each streamed per chunk of about ``chunk_bytes`` (at least one)."""
     return max(1, chunk_bytes // max(row_bytes, 1))
 
 
@@ -115,7 +116,7 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str, fh: BinaryIO |
             nc = g.node_config_ids.shape[0]
             collector = kernels.LayoutCollector(c, nc, with_runtime=labelled, dedup=opts.dedup)
             member = f.members["node_config_feat"]
-            rows = _rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
+            rows = rows_per_chunk(nc * kernels.base7.SLOTS * member.dtype.itemsize, opts.chunk_bytes)
             for start, chunk in f.iter_rows("node_config_feat", rows):
                 try:
                     collector.add(chunk, None if runtime is None else runtime[start : start + len(chunk)])

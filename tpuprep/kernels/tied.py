@@ -84,17 +84,25 @@ def _pack_rows(values, codes, hashes, rep, differs):
     """
     if not all_valid(values.reshape(-1)):
         return False
-    nc = rep.shape[0]
     for r in range(codes.shape[0]):
         out = codes[r]
         pack_valid(values[r], out)
         hashes[r] = _hash_row(out)
-        for j in range(nc):
-            q = rep[j]
-            if q != j and not differs[j]:
-                differs[j] = (out[3 * j] != out[3 * q]) | (out[3 * j + 1] != out[3 * q + 1]) | (
-                    out[3 * j + 2] != out[3 * q + 2])
+        note_ties(out, rep, differs)
     return True
+
+
+@kernel
+def note_ties(row, rep, differs):
+    """Set differs[j] where node j's codes in ``row`` differ from those of its group's first node rep[j].
+
+    row: (nc·3,) int32 codes of one config; rep: (nc,) int32; differs: (nc,) bool, updated in place
+    (a node already marked is not compared again)."""
+    for j in range(rep.shape[0]):
+        q = rep[j]
+        if q != j and not differs[j]:
+            differs[j] = (row[3 * j] != row[3 * q]) | (row[3 * j + 1] != row[3 * q + 1]) | (
+                row[3 * j + 2] != row[3 * q + 2])
 
 
 @kernel

@@ -69,7 +69,7 @@ def as_converter() -> None:
 
 
 def _freeze_heap() -> None:
-    """Move every object alive now (modules, kernels: ≈ 120,000 in a worker) out of the garbage
+    """Move every object alive now (those of the modules and kernels loaded) out of the garbage
     collector's reach. They live as long as the process, yet each full collection walked them all (the
     collector was ≈ 1.2 % of a build's CPU: benchmarks/RESULTS.md §21)."""
     gc.freeze()
