@@ -263,7 +263,7 @@ def test_pack_kernel_benchmark_times_both_kernels_on_the_same_chunks(synth_root,
         with NpzFile(f) as npz:
             assert r["nc"] == npz.members["node_config_feat"].shape[1]
         assert r["mib"] > 0 and r["floor_us_per_mib"] > 0
-        assert r["current_us_per_mib"] > 0 and r["previous_us_per_mib"] > 0
+        assert r["current_us_per_mib"] > 0 and r["previous_us_per_mib"] > 0 and r["check_us_per_mib"] > 0
 
 
 def test_column_bytes_benchmark_sums_every_column_chunk_of_every_shard(synth_shards, tmp_path):
@@ -285,3 +285,59 @@ def test_column_bytes_benchmark_sums_every_column_chunk_of_every_shard(synth_sha
                                   for m in metas for i in range(m.num_row_groups))
     assert codes["codecs"] == ["ZSTD"] and res["layout_configs"]["config_id"]["codecs"] == ["UNCOMPRESSED"]
     assert res["layout_configs"]["config_id"]["ratio"] == 1.0
+
+
+def test_bound_benchmark_measures_the_builds_own_work_on_every_layout_file(synth_root, synth_shards, tmp_path):
+    """benchmarks.bound: the floor and the four parts of the bound on every layout file (none of the tile
+    files), shared among two processes; what it measured is what the build made of each file (unique
+    configs, stored columns, the bytes of the stored codes), and the totals are the files' sums."""
+    import tpuprep
+
+    out = tmp_path / "b.json"
+    proc = run_module("benchmarks.bound", str(synth_root / "npz"), "--processes", "2", "--level", "1",
+                      "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    layout = sorted((synth_root / "npz" / "layout").rglob("*.npz"))
+    assert sorted(r["file"] for r in res["files"]) == sorted(p.as_posix() for p in layout)
+    ds = tpuprep.open_dataset(synth_shards)
+    for r in res["files"]:
+        p = Path(r["file"])
+        row = ds.graph_row(f"layout:{p.parts[-4]}:{p.parts[-3]}:{p.stem}")
+        assert (r["unique"], r["nt"]) == (row["num_unique_configs"], row["num_config_columns"])
+        assert r["codes_bytes"] == 12 * r["unique"] * r["nt"] and r["zstd_bytes"] > 0
+        assert r["floor"] > 0 and r["read"] > 0 and r["kernels"] > 0
+    total = res["totals"]
+    assert res["level"] == 1 and total["files"] == len(layout)
+    parts = ("read", "kernels", "gather", "zstd")
+    assert total["bound"] == round(sum(total[k] for k in parts), 3)
+    assert total["codes_gb"] == round(sum(r["codes_bytes"] for r in res["files"]) / 1e9, 3)
+    assert "bound ÷ floor" in proc.stdout
+
+
+def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, tmp_path):
+    """benchmarks.row_groups: layout configs shards rewritten with the build's options, in their own row
+    groups (checked inside the run) and in 16 × larger ones; the fixed cost is projected on every layout
+    row group of the folder. (tiny's graphs fit one row group each, so they are built here with small
+    row groups.)"""
+    import pyarrow.parquet as pq
+
+    from tpuprep.build import build
+    from tpuprep.options import BuildOptions
+
+    synth_shards = tmp_path / "shards"
+    build(synth_root / "npz", synth_shards, BuildOptions(row_group_bytes=2048), collections=["layout"])
+    out = tmp_path / "g.json"
+    proc = run_module("benchmarks.row_groups", str(synth_shards), "--shards", "3", "--repeat", "1",
+                      "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    shards = json.loads((synth_shards / "manifest.json").read_text())["shards"]
+    groups = sum(pq.ParquetFile(synth_shards / s["path"]).metadata.num_row_groups
+                 for s in shards if s["table"] == "layout_configs")
+    assert res["layout_row_groups_in_folder"] == groups
+    assert 1 <= len(res["shards"]) <= 3
+    for r in res["shards"]:
+        assert r["groups"] > r["coarse_groups"] >= 1 and r["build_s"] > 0 and r["coarse_s"] > 0
+    assert res["totals"]["groups"] == sum(r["groups"] for r in res["shards"])
+    assert abs(res["projected_fixed_cpu_s"] - res["fixed_us_per_row_group"] * groups / 1e6) < 0.01

@@ -1,0 +1,125 @@
+"""The fixed cost of a row group in the layout configs writer, measured on a build's own shards.
+
+``python -m benchmarks.row_groups SHARDS [--shards 12] [--max-mb 64] [--repeat 5] [--json F]``
+
+A layout row group holds ≈ 32 KiB of codes (at least 64 configs: the unit of sampled reads, §7), so a
+quarter of ``full`` writes ≈ 69,000 of them, each of seven column chunks with its own pages, encoders,
+statistics, page-index entries and compressor calls. This rewrites whole ``layout_configs`` shards of
+``SHARDS`` (read back as Arrow tables) with the build's writer options (``writer.parquet_options``) into
+memory, three ways, and times each on the thread CPU clock (best of ``--repeat``):
+
+- ``build``: the shard's own rows per row group (as the build cut them);
+- ``coarse``: 16 × as many rows per row group (the same bytes in 1/16 of the row groups);
+- ``uncompressed``: as ``build``, every column uncompressed (what is left without zstd).
+
+``fixed µs per row group`` = (build − coarse) ÷ (row groups of build − of coarse), summed over the
+shards: the part of the writer's CPU that follows the number of row groups, not the bytes.
+``projected`` multiplies it by the layout row groups of every shard of ``SHARDS`` (footers only). Up
+to ``--shards`` shards are measured, spread evenly over those holding at most ``--max-mb`` MB of
+uncompressed codes (row groups are what matters here, not bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+COARSE = 16
+
+
+def _write_cpu(table, rows: int, options: dict, repeat: int) -> tuple[float, int]:
+    """Best CPU seconds of writing ``table`` in row groups of ``rows``, and the row groups written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    best, groups = float("inf"), 0
+    for _ in range(repeat):
+        sink = pa.BufferOutputStream()
+        t0 = time.thread_time()
+        with pq.ParquetWriter(sink, table.schema, **options) as w:
+            w.write_table(table, row_group_size=rows)
+        best = min(best, time.thread_time() - t0)
+        groups = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata.num_row_groups
+    return best, groups
+
+
+def choose(shards: Path, count: int, max_mb: float) -> tuple[list[Path], int]:
+    """Up to ``count`` layout_configs shard files spread over sizes (≤ ``max_mb`` MB of codes each), and
+    the layout row groups of the whole folder."""
+    import pyarrow.parquet as pq
+
+    from tpuprep.shards.layout import MANIFEST
+
+    manifest = json.loads((shards / MANIFEST).read_text())
+    sized, total_groups = [], 0
+    for s in manifest["shards"]:
+        if s["table"] != "layout_configs":
+            continue
+        meta = pq.ParquetFile(shards / s["path"]).metadata
+        total_groups += meta.num_row_groups
+        codes = meta.schema.names.index("codes")
+        mb = sum(meta.row_group(i).column(codes).total_uncompressed_size for i in range(meta.num_row_groups)) / 1e6
+        if mb <= max_mb and meta.num_row_groups > 1:
+            sized.append((mb, shards / s["path"]))
+    sized.sort()
+    step = max(1, len(sized) // max(1, count))
+    return [p for _, p in sized[::step][:count]], total_groups
+
+
+def measure(shards: Path, count: int, max_mb: float, repeat: int, level: int) -> dict:
+    import pyarrow.parquet as pq
+
+    from tpuprep.shards.writer import parquet_options
+
+    build_opts = parquet_options("layout_configs", level)
+    flat_opts = {**build_opts, "compression": "none", "compression_level": None}
+    paths, total_groups = choose(shards, count, max_mb)
+    if paths:  # the writer's first use (allocator pools, lazy imports) is not a row group's cost
+        _write_cpu(pq.ParquetFile(paths[0]).read(), 64, build_opts, 1)
+    rows_out, sums = [], {"build": 0.0, "coarse": 0.0, "uncompressed": 0.0, "groups": 0, "coarse_groups": 0}
+    for path in paths:
+        f = pq.ParquetFile(path)
+        table = f.read()
+        rows = f.metadata.row_group(0).num_rows
+        build, groups = _write_cpu(table, rows, build_opts, repeat)
+        coarse, coarse_groups = _write_cpu(table, rows * COARSE, build_opts, repeat)
+        flat, _ = _write_cpu(table, rows, flat_opts, repeat)
+        if groups != f.metadata.num_row_groups:
+            raise RuntimeError(f"{path}: rewrote {groups} row groups, the shard has {f.metadata.num_row_groups}")
+        rows_out.append({"shard": path.name, "configs": table.num_rows, "rows_per_group": rows, "groups": groups,
+                         "coarse_groups": coarse_groups, "build_s": round(build, 4), "coarse_s": round(coarse, 4),
+                         "uncompressed_s": round(flat, 4)})
+        for k, v in (("build", build), ("coarse", coarse), ("uncompressed", flat), ("groups", groups),
+                     ("coarse_groups", coarse_groups)):
+            sums[k] += v
+    fixed = (sums["build"] - sums["coarse"]) / max(1, sums["groups"] - sums["coarse_groups"])
+    return {"shards": rows_out, "totals": {k: round(v, 4) for k, v in sums.items()},
+            "fixed_us_per_row_group": round(1e6 * fixed, 1),
+            "layout_row_groups_in_folder": total_groups,
+            "projected_fixed_cpu_s": round(fixed * total_groups, 2)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("shards", type=Path)
+    ap.add_argument("--shards", dest="count", type=int, default=12)
+    ap.add_argument("--max-mb", type=float, default=64.0)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    res = measure(args.shards, args.count, args.max_mb, args.repeat, args.level)
+    t = res["totals"]
+    print(f"{len(res['shards'])} shards, {t['groups']} row groups as built, {t['coarse_groups']} at {COARSE}x the rows:")
+    print("| build CPU | coarse CPU | uncompressed CPU | fixed µs per row group | row groups in SHARDS | projected fixed CPU |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {t['build']} s | {t['coarse']} s | {t['uncompressed']} s | {res['fixed_us_per_row_group']} "
+          f"| {res['layout_row_groups_in_folder']} | {res['projected_fixed_cpu_s']} s |")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
