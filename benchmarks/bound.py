@@ -1,6 +1,6 @@
 """A lower bound for the build, per layout file: the floor, the build's kernels and zstd alone, in one run.
 
-``python -m benchmarks.bound NPZ_DIR_OR_FILES... [--processes 2] [--level 3] [--json F]``
+``python -m benchmarks.bound SRC... [--processes 2] [--level 3] [--json F]``
 
 Issue #16 asks for a build within 1.3 × (per byte) and 2 × (3 minutes on this machine) of the inflate
 floor. This measures, on each layout file (tile files hold 0.05 % of the bytes), the CPU time of the
@@ -34,15 +34,26 @@ import multiprocessing
 import time
 from pathlib import Path
 
-import numpy as np
-
-from .floor import files, inflate_isal, shares
+from .floor import inflate_isal, shares
 
 PARTS = ("read", "kernels", "gather", "zstd")
 
 
-def measure_file(path: Path, level: int) -> dict:
-    """CPU seconds of the floor and of each part of the bound on one layout npz (``PARTS``)."""
+def layout_files(sources: list[Path]) -> dict[Path, bool]:
+    """The layout npz files of each source (a TpuGraphs tree or part of one, or one file of it, as
+    ``tpuprep build --src`` takes it: ``inputs.discover``) → whether their split has runtimes."""
+    from tpuprep.inputs import discover
+
+    found: dict[Path, bool] = {}
+    for src in sources:
+        inputs, _ = discover(src, collections=["layout"])
+        found.update({Path(i.path): i.split != "test" for i in inputs})
+    return found
+
+
+def measure_file(path: Path, labelled: bool, level: int) -> dict:
+    """CPU seconds of the floor and of each part of the bound on one layout npz (``PARTS``);
+    ``labelled``: its runtimes are kept (not the test split), as in the build."""
     import zstandard
 
     from tpuprep.convert import rows_per_chunk
@@ -61,8 +72,7 @@ def measure_file(path: Path, level: int) -> dict:
         small = {k: f.read(k) for k in f.members if k != "node_config_feat"}
         member = f.members["node_config_feat"]
         c, nc = member.shape[0], member.shape[1]
-        runtime = small.get("config_runtime")
-        labelled = runtime is not None and path.parent.name != "test"  # as the build: test has no runtimes
+        runtime = small["config_runtime"] if labelled else None
         rows = rows_per_chunk(nc * SLOTS * member.dtype.itemsize, BuildOptions().chunk_bytes)
         chunks = f.iter_rows("node_config_feat", rows)
         spent["read"] += time.thread_time() - t0
@@ -90,22 +100,22 @@ def measure_file(path: Path, level: int) -> dict:
         t0 = time.thread_time()
         planes = codes.stored_planes(start, start + step)
         t1 = time.thread_time()
-        compressed += len(cctx.compress(np.ascontiguousarray(planes).data))
+        compressed += len(cctx.compress(planes.data))
         spent["zstd"] += time.thread_time() - t1
         spent["gather"] += t1 - t0
         stored += planes.nbytes
-    return {"file": path.as_posix(), "inflated_bytes": inflated, "configs": c, "unique": unique, "nc": nc,
+    return {"file": path.as_posix(), "labelled": labelled, "inflated_bytes": inflated, "configs": c, "unique": unique, "nc": nc,
             "nt": codes.num_columns, "codes_bytes": stored, "zstd_bytes": compressed,
             **{k: round(v, 4) for k, v in spent.items()}}
 
 
-def measure_files(paths: list[Path], level: int) -> list[dict]:
+def measure_files(paths: list[Path], labelled: dict[Path, bool], level: int) -> list[dict]:
     """``measure_file`` of each path, in a process set up as a build worker is (``warm_worker``: thread
     caps, malloc tuning, store buffers kept between graphs, Numba kernels loaded before the first file)."""
     from tpuprep.runners.worker import warm_worker
 
     warm_worker()
-    return [measure_file(p, level) for p in paths]
+    return [measure_file(p, labelled[p], level) for p in paths]
 
 
 def totals(rows: list[dict]) -> dict:
@@ -123,18 +133,18 @@ def totals(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", type=Path, help="layout npz files, or folders searched for layout/**.npz")
+    ap.add_argument("inputs", nargs="+", type=Path, help="TpuGraphs trees (or parts, or files of one)")
     ap.add_argument("--processes", type=int, default=1)
     ap.add_argument("--level", type=int, default=3, help="zstd level (the build's default: 3)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    paths = [p for i in args.inputs for p in
-             ([i] if i.is_file() else [f for f in files(i) if "layout" in f.relative_to(i).parts])]
-    if not paths:
+    labelled = layout_files(args.inputs)
+    if not labelled:
         raise SystemExit("no layout npz files found")
-    parts = [s for s in shares(paths, max(1, args.processes)) if s]
+    parts = [s for s in shares(list(labelled), max(1, args.processes)) if s]
     with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
-        rows = [r for part in pool.starmap(measure_files, [(s, args.level) for s in parts]) for r in part]
+        rows = [r for part in pool.starmap(measure_files, [(s, labelled, args.level) for s in parts])
+                for r in part]
     total = totals(rows)
     print(f"{total['files']} layout files, {total['inflated_gb']} GB inflated, {total['codes_gb']} GB of stored "
           f"codes (zstd {total['zstd_ratio']}x), CPU seconds summed over {len(parts)} processes:")

@@ -1,6 +1,6 @@
 """The fixed cost of a row group in the layout configs writer, measured on a build's own shards.
 
-``python -m benchmarks.row_groups SHARDS [--shards 12] [--max-mb 64] [--repeat 5] [--json F]``
+``python -m benchmarks.row_groups SHARDS [--shards 12] [--max-mb 64] [--repeat 5] [--variants] [--json F]``
 
 A layout row group holds ≈ 32 KiB of codes (at least 64 configs: the unit of sampled reads, §7), so a
 quarter of ``full`` writes ≈ 69,000 of them, each of seven column chunks with its own pages, encoders,
@@ -16,7 +16,9 @@ memory, three ways, and times each on the thread CPU clock (best of ``--repeat``
 shards: the part of the writer's CPU that follows the number of row groups, not the bytes.
 ``projected`` multiplies it by the layout row groups of every shard of ``SHARDS`` (footers only). Up
 to ``--shards`` shards are measured, spread evenly over those holding at most ``--max-mb`` MB of
-uncompressed codes (row groups are what matters here, not bytes).
+uncompressed codes (row groups are what matters here, not bytes). ``--variants`` measures the fixed
+cost again with each of the writer's page index, page checksums, statistics and dictionary encodings
+turned off in turn (``VARIANTS``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import time
 from pathlib import Path
 
 COARSE = 16
+VARIANTS = {"no page index": {"write_page_index": False}, "no page checksums": {"write_page_checksum": False},
+            "no statistics": {"write_statistics": False}, "no dictionaries": {"use_dictionary": False}}
+"""Writer features ``--variants`` turns off, one at a time (files written so are not tpuprep's shards)."""
 
 
 def _write_cpu(table, rows: int, options: dict, repeat: int) -> tuple[float, int]:
@@ -34,15 +39,14 @@ def _write_cpu(table, rows: int, options: dict, repeat: int) -> tuple[float, int
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    best, groups = float("inf"), 0
+    best = float("inf")
     for _ in range(repeat):
         sink = pa.BufferOutputStream()
         t0 = time.thread_time()
         with pq.ParquetWriter(sink, table.schema, **options) as w:
             w.write_table(table, row_group_size=rows)
         best = min(best, time.thread_time() - t0)
-        groups = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata.num_row_groups
-    return best, groups
+    return best, pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata.num_row_groups
 
 
 def choose(shards: Path, count: int, max_mb: float) -> tuple[list[Path], int]:
@@ -68,9 +72,32 @@ def choose(shards: Path, count: int, max_mb: float) -> tuple[list[Path], int]:
     return [p for _, p in sized[::step][:count]], total_groups
 
 
-def measure(shards: Path, count: int, max_mb: float, repeat: int, level: int) -> dict:
+def _fixed(table, rows: int, options: dict, repeat: int) -> tuple[float, int, float, int]:
+    """(CPU s, row groups) of writing ``table`` in row groups of ``rows`` and of ``COARSE`` × ``rows``."""
+    build, groups = _write_cpu(table, rows, options, repeat)
+    coarse, coarse_groups = _write_cpu(table, rows * COARSE, options, repeat)
+    return build, groups, coarse, coarse_groups
+
+
+def _per_row_group(build: float, groups: int, coarse: float, coarse_groups: int) -> float:
+    """µs of writer CPU per row group beyond the coarse write's."""
+    return 1e6 * (build - coarse) / max(1, groups - coarse_groups)
+
+
+def _summed_fixed(tables: list, options: dict, repeat: int) -> float:
+    """``_per_row_group`` over every (path, table, rows, row groups) of ``tables`` written with ``options``."""
+    build = coarse = 0.0
+    groups = coarse_groups = 0
+    for _, table, rows, _ in tables:
+        b, g, c, cg = _fixed(table, rows, options, repeat)
+        build, groups, coarse, coarse_groups = build + b, groups + g, coarse + c, coarse_groups + cg
+    return _per_row_group(build, groups, coarse, coarse_groups)
+
+
+def measure(shards: Path, count: int, max_mb: float, repeat: int, level: int, variants: bool = False) -> dict:
     """The three rewrites of each chosen shard (seconds, row groups), their sums, the fixed cost per row
-    group (µs) and its projection on every layout row group of ``shards`` (CPU seconds)."""
+    group (µs) and its projection on every layout row group of ``shards`` (CPU seconds); with
+    ``variants``, the fixed cost again with each writer feature of ``VARIANTS`` turned off."""
     import pyarrow.parquet as pq
 
     from tpuprep.shards.writer import parquet_options
@@ -78,29 +105,32 @@ def measure(shards: Path, count: int, max_mb: float, repeat: int, level: int) ->
     build_opts = parquet_options("layout_configs", level)
     flat_opts = {**build_opts, "compression": "none", "compression_level": None}
     paths, total_groups = choose(shards, count, max_mb)
-    if paths:  # the writer's first use (allocator pools, lazy imports) is not a row group's cost
-        _write_cpu(pq.ParquetFile(paths[0]).read(), 64, build_opts, 1)
-    rows_out, sums = [], {"build": 0.0, "coarse": 0.0, "uncompressed": 0.0, "groups": 0, "coarse_groups": 0}
+    tables = []
     for path in paths:
         f = pq.ParquetFile(path)
-        table = f.read()
-        rows = f.metadata.row_group(0).num_rows
-        build, groups = _write_cpu(table, rows, build_opts, repeat)
-        coarse, coarse_groups = _write_cpu(table, rows * COARSE, build_opts, repeat)
+        tables.append((path, f.read(), f.metadata.row_group(0).num_rows, f.metadata.num_row_groups))
+    if tables:  # the writer's first use (allocator pools, lazy imports) is not a row group's cost
+        _write_cpu(tables[0][1], 64, build_opts, 1)
+    rows_out, sums = [], {"build": 0.0, "coarse": 0.0, "uncompressed": 0.0, "groups": 0, "coarse_groups": 0}
+    for path, table, rows, stored_groups in tables:
+        build, groups, coarse, coarse_groups = _fixed(table, rows, build_opts, repeat)
         flat, _ = _write_cpu(table, rows, flat_opts, repeat)
-        if groups != f.metadata.num_row_groups:
-            raise RuntimeError(f"{path}: rewrote {groups} row groups, the shard has {f.metadata.num_row_groups}")
+        if groups != stored_groups:
+            raise RuntimeError(f"{path}: rewrote {groups} row groups, the shard has {stored_groups}")
         rows_out.append({"shard": path.name, "configs": table.num_rows, "rows_per_group": rows, "groups": groups,
                          "coarse_groups": coarse_groups, "build_s": round(build, 4), "coarse_s": round(coarse, 4),
                          "uncompressed_s": round(flat, 4)})
         for k, v in (("build", build), ("coarse", coarse), ("uncompressed", flat), ("groups", groups),
                      ("coarse_groups", coarse_groups)):
             sums[k] += v
-    fixed = (sums["build"] - sums["coarse"]) / max(1, sums["groups"] - sums["coarse_groups"])
-    return {"shards": rows_out, "totals": {k: round(v, 4) for k, v in sums.items()},
-            "fixed_us_per_row_group": round(1e6 * fixed, 1),
-            "layout_row_groups_in_folder": total_groups,
-            "projected_fixed_cpu_s": round(fixed * total_groups, 2)}
+    fixed = _per_row_group(sums["build"], sums["groups"], sums["coarse"], sums["coarse_groups"])
+    out = {"shards": rows_out, "totals": {k: round(v, 4) for k, v in sums.items()},
+           "fixed_us_per_row_group": round(fixed, 1), "layout_row_groups_in_folder": total_groups,
+           "projected_fixed_cpu_s": round(fixed * total_groups / 1e6, 2)}
+    if variants:
+        out["variants_fixed_us_per_row_group"] = {
+            name: round(_summed_fixed(tables, {**build_opts, **change}, repeat), 1) for name, change in VARIANTS.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,15 +140,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-mb", type=float, default=64.0)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--variants", action="store_true", help="also with each writer feature of VARIANTS off")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    res = measure(args.shards, args.count, args.max_mb, args.repeat, args.level)
+    res = measure(args.shards, args.count, args.max_mb, args.repeat, args.level, args.variants)
     t = res["totals"]
     print(f"{len(res['shards'])} shards, {t['groups']} row groups as built, {t['coarse_groups']} at {COARSE}x the rows:")
     print("| build CPU | coarse CPU | uncompressed CPU | fixed µs per row group | row groups in SHARDS | projected fixed CPU |")
     print("|---:|---:|---:|---:|---:|---:|")
     print(f"| {t['build']} s | {t['coarse']} s | {t['uncompressed']} s | {res['fixed_us_per_row_group']} "
           f"| {res['layout_row_groups_in_folder']} | {res['projected_fixed_cpu_s']} s |")
+    for name, us in res.get("variants_fixed_us_per_row_group", {}).items():
+        print(f"{name}: {us} µs per row group")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
 

@@ -311,6 +311,11 @@ def test_bound_benchmark_measures_the_builds_own_work_on_every_layout_file(synth
     assert res["level"] == 1 and total["files"] == len(layout)
     parts = ("read", "kernels", "gather", "zstd")
     assert total["bound"] == round(sum(total[k] for k in parts), 3)
+    for k in ("floor", *parts):  # every file of both processes is in the totals
+        assert total[k] == round(sum(r[k] for r in res["files"]), 3), k
+    splits = {r["file"]: Path(r["file"]).parent.name for r in res["files"]}
+    assert {"test", "train"} <= set(splits.values())
+    assert all(r["labelled"] == (splits[r["file"]] != "test") for r in res["files"])  # as the build
     assert total["codes_gb"] == round(sum(r["codes_bytes"] for r in res["files"]) / 1e9, 3)
     assert "bound ÷ floor" in proc.stdout
 
@@ -322,6 +327,8 @@ def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, 
     row groups.)"""
     import pyarrow.parquet as pq
 
+    sys.path.insert(0, str(REPO))
+    from benchmarks.row_groups import VARIANTS
     from tpuprep.build import build
     from tpuprep.options import BuildOptions
 
@@ -329,7 +336,7 @@ def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, 
     build(synth_root / "npz", synth_shards, BuildOptions(row_group_bytes=2048), collections=["layout"])
     out = tmp_path / "g.json"
     proc = run_module("benchmarks.row_groups", str(synth_shards), "--shards", "3", "--repeat", "1",
-                      "--json", str(out))
+                      "--variants", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     shards = json.loads((synth_shards / "manifest.json").read_text())["shards"]
@@ -341,3 +348,4 @@ def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, 
         assert r["groups"] > r["coarse_groups"] >= 1 and r["build_s"] > 0 and r["coarse_s"] > 0
     assert res["totals"]["groups"] == sum(r["groups"] for r in res["shards"])
     assert abs(res["projected_fixed_cpu_s"] - res["fixed_us_per_row_group"] * groups / 1e6) < 0.01
+    assert sorted(res["variants_fixed_us_per_row_group"]) == sorted(VARIANTS)

@@ -29,6 +29,11 @@ COMPRESSIONS = {"zstd": "ZSTD", "none": "UNCOMPRESSED"}
 """A column's ``compression`` in the schema files → the codec Parquet's metadata names."""
 
 
+def column_compression(column: dict[str, Any]) -> str:
+    """The ``compression`` of a schema file's column entry: ``zstd`` unless it says ``none``."""
+    return column.get("compression", "zstd")
+
+
 _LIST = re.compile(r"list<(.+)>")
 _FIXED = re.compile(r"fixed_size_list<(.+),\s*(\d+)>")
 
@@ -82,7 +87,7 @@ class TableSchema:
         for a column the table does not have."""
         for c in self.columns:
             if c["name"] == column:
-                return c.get("compression", "zstd")
+                return column_compression(c)
         raise KeyError(f"table {self.name} has no column {column!r}")
 
     def parquet_options(self, compression_level: int) -> dict[str, Any]:
@@ -101,7 +106,7 @@ class TableSchema:
                 encodings.update({p: _ENCODINGS[enc] for p in paths})
             if col.get("statistics"):
                 statistics += paths
-            codecs.update(dict.fromkeys(paths, col.get("compression", "zstd")))
+            codecs.update(dict.fromkeys(paths, column_compression(col)))
         if set(codecs.values()) == {"zstd"}:
             compression: Any = "zstd"
             level: Any = compression_level
