@@ -1,4 +1,4 @@
-"""Slow, obvious reference implementations of the tpuprep kernels, written from SPEC §2 only.
+"""Slow, obvious reference implementations of the tpuprep kernels, written from docs/spec.md §2 only.
 
 These are oracles for the tests: plain Python (BFS over an adjacency dict, dicts keyed by row values,
 ``fractions.Fraction``) or small NumPy loops, with no attempt at speed. They must never import
@@ -49,7 +49,7 @@ class RefPruned(NamedTuple):
 
 
 def ref_prune(edge_index, num_nodes, node_config_ids, hops):
-    """SPEC §2.1: keep configurable nodes and nodes within K hops; edges with both ends kept and one end
+    """docs/spec.md §2.1: keep configurable nodes and nodes within K hops; edges with both ends kept and one end
     within max(K − 1, 0) hops; kept nodes ascending, edges in original order, everything remapped."""
     dist = ref_hop_distance(edge_index, num_nodes, node_config_ids, hops)
     kept = [i for i in range(num_nodes) if dist[i] != -1]
@@ -90,7 +90,7 @@ CONVOLUTION = 26
 
 
 def ref_output_rank(row) -> int:
-    """Output rank of one (140,) node_feat row, by the SPEC §2.2 rule."""
+    """Output rank of one (140,) node_feat row, by the docs/spec.md §2.2 rule."""
     row = [float(x) for x in row]
     if row[COL_TUPLE] == 1:
         return 0
@@ -105,7 +105,7 @@ def ref_output_rank(row) -> int:
 
 
 def ref_repad(node_feat, node_opcode):
-    """SPEC §2.2 on a (n, 140) matrix: returns (re-padded float32 copy, anomaly mask bool)."""
+    """docs/spec.md §2.2 on a (n, 140) matrix: returns (re-padded float32 copy, anomaly mask bool)."""
     feat = np.array(node_feat, dtype=np.float32, copy=True)
     anomalous = np.zeros(feat.shape[0], dtype=bool)
     for i in range(feat.shape[0]):
@@ -190,7 +190,7 @@ def _value_key(row) -> bytes:
 
 
 def ref_dedup(rows, runtime=None, normalizer=None) -> RefDedup:
-    """SPEC §2.3 with a dict: first-occurrence numbering, minimum runtime (tile: minimum
+    """docs/spec.md §2.3 with a dict: first-occurrence numbering, minimum runtime (tile: minimum
     runtime / normalizer as exact Fractions), ties to the earliest row."""
     rows = np.asarray(rows)
     c = rows.shape[0]

@@ -1,4 +1,4 @@
-"""SPEC §7: every kind of broken file gives one clear line (file, key, problem), a quarantine entry,
+"""docs/spec.md §7: every kind of broken file gives one clear line (file, key, problem), a quarantine entry,
 exit code 3, and the rest of the batch is converted."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §7 / issue 6: a build SIGKILLed anywhere leaves nothing a reader could mistake for output, and
+"""docs/spec.md §7 / issue 6: a build SIGKILLed anywhere leaves nothing a reader could mistake for output, and
 ``--resume`` finishes it byte-identically to a clean build; verify catches tampering."""
 
 from __future__ import annotations

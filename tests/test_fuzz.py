@@ -85,7 +85,7 @@ def _numpy_arrays(data: bytes) -> dict[str, np.ndarray]:
 
 
 def check_against_reference(g: ConvertedGraph, data: bytes, kind: str, hops: int = 1) -> None:
-    """Assert that ``g`` is what SPEC §2 makes of the arrays in ``data`` (train split, all steps on),
+    """Assert that ``g`` is what docs/spec.md §2 makes of the arrays in ``data`` (train split, all steps on),
     computed by the slow references only."""
     a = _numpy_arrays(data)
     eq = np.testing.assert_array_equal

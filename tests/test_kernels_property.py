@@ -161,7 +161,7 @@ def node_rows(draw):
         row[95 : 95 + s] = draw(st.lists(st.integers(0, r - 1), min_size=s, max_size=s))[:4]
         row[101 : 101 + s] = draw(st.lists(st.integers(0, r - 1), min_size=s, max_size=s))[:4]
     elif draw(st.booleans()):
-        # junk where a non-convolution has no spatial dims: still padding by the SPEC
+        # junk where a non-convolution has no spatial dims: still padding by docs/spec.md §2.2
         row[95] = 1
         row[101] = 2
     return row, opcode
@@ -181,7 +181,7 @@ def test_repad_equals_reference(nodes):
     np.testing.assert_array_equal(anomalous, ref_anomalous)
 
 
-# The rank rule (SPEC §2.2) where it is easy to get wrong: r_dims = 1 + index of the LAST non-zero of
+# The rank rule (docs/spec.md §2.2) where it is easy to get wrong: r_dims = 1 + index of the LAST non-zero of
 # cols 21–26 (interior zeros are zero-size dims, a trailing zero of a rank-6 shape is invisible to
 # r_dims), r_perm = 1 + max of ALL six layout cols 134–139, r = max of the two. Expected values are
 # worked out by hand here, not taken from the reference.

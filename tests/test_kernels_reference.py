@@ -1,6 +1,6 @@
-"""Hand-checked examples for the reference implementations and the kernels (SPEC §2).
+"""Hand-checked examples for the reference implementations and the kernels (docs/spec.md §2).
 
-Every expected value below was worked out by hand from the SPEC text; each test runs both the
+Every expected value below was worked out by hand from docs/spec.md §2; each test runs both the
 reference (tests/reference.py) and the kernel against the same hand-written answer.
 """
 

@@ -16,6 +16,7 @@ module, so a checker that finds nothing cannot pass for a clean repository.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,3 +248,70 @@ def test_checker_agrees_with_python_about_a_real_cycle(tmp_path):
         sys.path.remove(str(tmp_path))
         for name in [m for m in sys.modules if m == "pkg" or m.startswith("pkg.")]:
             del sys.modules[name]
+
+
+# --------------------------------------------------------------------------- the contract is in the repository
+
+SPEC = REPO / "docs" / "spec.md"
+CITED = ["tpuprep", "tests", "benchmarks", "docs", "pipelines", "README.md", "CONTRIBUTING.md"]
+OLD_CITATIONS = ("SPEC §", "shared/SPEC", "shared/tools", "shared/seeds")
+OLD_CITATION_KEPT = {
+    # a user-facing message string in code (not a comment): its owner changes it with the code
+    ("tpuprep/verify.py", 'rule = "re-padded by the SPEC §2.2 rule" if options["repad"] else'),
+    # the test that the README never links outside the repository names what it guards against
+    ("tests/test_packaging.py", '"""No path that leaves the repository (``../shared/SPEC.md`` does not exist'),
+}
+
+
+def cited_files() -> list[Path]:
+    out = []
+    for name in CITED:
+        p = REPO / name
+        out += [p] if p.is_file() else [f for f in sorted(p.rglob("*")) if f.suffix in (".py", ".md", ".toml")]
+    return [f for f in out if f != Path(__file__).resolve()]
+
+
+def spec_sections(text: str) -> set[str]:
+    """Section numbers of docs/spec.md: ``## 3. Shards`` gives "3", ``**2.1 Pruning**`` gives "2.1"."""
+    top = re.findall(r"^## (\d+)\. ", text, re.M)
+    sub = re.findall(r"^\*\*(\d+\.\d+) ", text, re.M)
+    return set(top) | set(sub)
+
+
+def citations(text: str) -> list[str]:
+    """Section numbers cited as ``docs/spec.md §2.1`` (also ```docs/spec.md` §2.1`` and ``§3, §5`` lists)."""
+    out = []
+    for m in re.finditer(r"docs/spec\.md`?\s+((?:§\s*\d+(?:\.\d+)?(?:\s*[,–-]\s*)?)+)", text):
+        out += re.findall(r"§\s*(\d+(?:\.\d+)?)", m.group(1))
+    return out
+
+
+def test_citation_parser():
+    assert citations("x (docs/spec.md §3, §5) y docs/spec.md §2.1; `docs/spec.md` §2.4 and §9") == \
+        ["3", "5", "2.1", "2.4"]
+    assert spec_sections("## 2. T\n**2.1 Pruning** (x)\n**2.2 Re** y\n## 10. Z\n### 3. no\n") == \
+        {"2", "2.1", "2.2", "10"}
+
+
+def test_every_spec_citation_names_a_section_of_docs_spec_md():
+    sections = spec_sections(SPEC.read_text())
+    assert {"1", "2", "2.1", "2.2", "2.3", "2.4", "3", "4", "5", "6", "7"} <= sections
+    bad, count = [], 0
+    for f in cited_files():
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            for sec in citations(line):
+                count += 1
+                if sec not in sections:
+                    bad.append(f"{f.relative_to(REPO)}:{n}: docs/spec.md §{sec} does not exist")
+    assert count >= 20, "the citations were not found: is the pattern right?"
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_cites_the_contract_outside_the_repository():
+    found = set()
+    for f in cited_files():
+        for line in f.read_text(encoding="utf-8").splitlines():
+            if any(old in line for old in OLD_CITATIONS):
+                found.add((str(f.relative_to(REPO)), line.strip()[:100]))
+    stale = {hit for hit in found if not any(hit[0] == k[0] and hit[1].startswith(k[1][:60]) for k in OLD_CITATION_KEPT)}
+    assert not stale, "cite docs/spec.md (or the test data ../shared/real) instead:\n" + "\n".join(map(str, sorted(stale)))

@@ -1,4 +1,4 @@
-"""Tests of the synthetic TpuGraphs generator (tpuprep.synth, SPEC §6).
+"""Tests of the synthetic TpuGraphs generator (tpuprep.synth, docs/spec.md §6).
 
 Generates the ``tiny`` profile (every collection and split) and the ``small`` profile restricted to
 three layout collections (for statistics); the whole module runs in well under 30 s.
@@ -49,7 +49,7 @@ def specs_of(profile: str, collection: str | None = None) -> list[synth.FileSpec
 
 
 def rank_rule(node_feat: np.ndarray) -> np.ndarray:
-    """The pipeline's re-padding rank rule (SPEC §2.2), written independently of the generator."""
+    """The pipeline's re-padding rank rule (docs/spec.md §2.2), written independently of the generator."""
     dims = node_feat[:, 21:27]
     nonzero = dims != 0
     r_dims = np.where(nonzero.any(1), 6 - np.argmax(nonzero[:, ::-1], axis=1), 0)

@@ -1,4 +1,4 @@
-"""An in-memory stand-in for ``tpuprep.open_dataset`` (SPEC §4) for the trainer's tests.
+"""An in-memory stand-in for ``tpuprep.open_dataset`` (docs/spec.md §4) for the trainer's tests.
 
 The fake follows the reader interface exactly: graph ids ``<collection>:<stem>``, deduplicated unique
 configs (first-occurrence order, minimum runtime per group — tile: smallest runtime / normalizer),
@@ -43,7 +43,7 @@ def decode(codes: np.ndarray) -> np.ndarray:
 
 @dataclass
 class FakeGraph:
-    """A GraphRecord with the attributes of SPEC §4."""
+    """A GraphRecord with the attributes of docs/spec.md §4."""
 
     graph_id: str
     collection: str

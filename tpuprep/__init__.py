@@ -1,6 +1,6 @@
 """tpuprep: exact, fast preprocessing of TpuGraphs into compact Parquet/zstd shards.
 
-Stable API (SPEC §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
+Stable API (docs/spec.md §4): ``open_dataset``, ``Dataset``, ``GraphRecord``, ``encode_base7``, ``decode_base7``;
 also ``safe_normalizer`` (the std 0 → 1 rule of ``Dataset.normalizer``), ``ConfigSample`` and
 ``sample_rows`` (what ``Dataset.sample_configs`` returns and draws) and ``ConfigBatches`` (seeded,
 resumable, sharded batches of sampled configs; ``tpuprep.torch`` and ``tpuprep.jax`` adapt them).

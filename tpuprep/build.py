@@ -455,7 +455,7 @@ def build(
     storage_options: dict | None = None,
     src_storage_options: dict | None = None,
 ) -> BuildReport:
-    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (SPEC §3, §5).
+    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (docs/spec.md §3, §5).
 
     ``src`` is a TpuGraphs tree (or a collection or split folder of one, or one file in it), a tar
     archive of one or a folder of tars, locally or as a URL, where each file's path says its collection

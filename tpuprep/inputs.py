@@ -1,4 +1,4 @@
-"""Finding TpuGraphs input files and reading one graph's small members, validated (SPEC §7).
+"""Finding TpuGraphs input files and reading one graph's small members, validated (docs/spec.md §7).
 
 The collection and split of a file come from its path: ``.../tile/xla/<split>/<stem>.npz`` or
 ``.../layout/<xla|nlp>/<default|random>/<split>/<stem>.npz``. ``--src`` may point at ``npz/``,

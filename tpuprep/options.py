@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """Build options (SPEC §2, §3). Sizes in bytes (uncompressed unless said otherwise).
+    """Build options (docs/spec.md §2, §3). Sizes in bytes (uncompressed unless said otherwise).
 
     hops: pruning radius K; prune / repad / dedup: the three transformations; folds: K of the grouped
     K-fold ids; compression_level: zstd level; chunk_bytes: inflated bytes of node_config_feat streamed

@@ -1,7 +1,7 @@
 """``tpuprep verify``: prove that the shards reconstruct the inputs exactly, and that everything the shard
 folder says about them is true.
 
-Deliberately independent of the Numba kernels: every check is plain NumPy written from SPEC §2, so
+Deliberately independent of the Numba kernels: every check is plain NumPy written from docs/spec.md §2, so
 a kernel bug cannot hide behind itself. What is checked:
 
 - the manifest: the full JSON Schema (``schemas/manifest.schema.json``) on top of the cheap check every
@@ -14,7 +14,7 @@ a kernel bug cannot hide behind itself. What is checked:
   ``configs`` rows are sorted by ``(graph_id, config_id)`` with ``config_id`` = 0..c_u−1 per graph and
   each graph's rows in one shard;
 - per graph, against its input file: the kept node set and edge set (NumPy breadth-first search);
-  ``node_feat`` rows re-padded exactly by the SPEC §2.2 rule (or untouched with ``--no-repad``),
+  ``node_feat`` rows re-padded exactly by the docs/spec.md §2.2 rule (or untouched with ``--no-repad``),
   opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed)
   against the decoded codes of its unique config via ``config_inverse``; every original runtime; the
   minimum-runtime / ``group_size`` / ``first_index`` bookkeeping; with dedup, unique configs pairwise
@@ -132,7 +132,7 @@ def _expected_structure(edge_index, n, config_ids, options) -> tuple[np.ndarray,
 
 
 def repad_reference(feat: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §2.2 in plain NumPy: the re-padded copy (n, 140) float32 of ``feat`` (n, 140) float32 and the
+    """docs/spec.md §2.2 in plain NumPy: the re-padded copy (n, 140) float32 of ``feat`` (n, 140) float32 and the
     anomaly mask (n,) bool (first r layout entries not a permutation of 0..r−1); ``opcode`` (n,)."""
     dims = feat[:, 21:27] != 0
     r_dims = np.where(dims.any(1), 6 - np.argmax(dims[:, ::-1], axis=1), 0)

@@ -1,4 +1,4 @@
-"""Numba kernels over plain NumPy arrays: the hot path of tpuprep (SPEC §2)."""
+"""Numba kernels over plain NumPy arrays: the hot path of tpuprep (docs/spec.md §2)."""
 
 from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys

@@ -1,4 +1,4 @@
-"""Base-7 packing of layout configurations (SPEC §2.4, the TGraph convention).
+"""Base-7 packing of layout configurations (docs/spec.md §2.4, the TGraph convention).
 
 Each node's 18 layout values (integers in −1..5) form three 6-slot blocks t (0 output, 1 operand 0,
 2 operand 1 / kernel). Digit = value + 1 and ``code_t = Σ_{i=0..5} digit_{6t+i} · 7^i`` (first slot least

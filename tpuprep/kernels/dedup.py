@@ -1,4 +1,4 @@
-"""Streaming deduplication of configurations (SPEC §2.3), memory linear in c.
+"""Streaming deduplication of configurations (docs/spec.md §2.3), memory linear in c.
 
 Rows are fixed-width int32 keys (layout: the (nc, 3) base-7 codes of a config, an exact key; tile: the
 24 ``config_feat`` values as float32 bit patterns after −0.0 → 0.0, i.e. compared by value). Keys go

@@ -1,4 +1,4 @@
-"""Pruning a layout graph to its configurable nodes and their K-hop neighbourhood (SPEC §2.1).
+"""Pruning a layout graph to its configurable nodes and their K-hop neighbourhood (docs/spec.md §2.1).
 
 Rules, for K = ``hops``:
 - a node is kept when its undirected hop distance to the nearest configurable node is ≤ K;
@@ -113,7 +113,7 @@ def _select(edge_index, dist, node_config_ids, edge_hops):
 def prune_graph(
     edge_index: np.ndarray, num_nodes: int, node_config_ids: np.ndarray, hops: int
 ) -> PrunedGraph:
-    """Keep the configurable nodes, their ``hops``-hop neighbourhood and the edges of SPEC §2.1.
+    """Keep the configurable nodes, their ``hops``-hop neighbourhood and the edges of docs/spec.md §2.1.
 
     edge_index: (m, 2) int32/int64 rows [u, v] with ids in 0..num_nodes−1;
     node_config_ids: (nc,) int32/int64 configurable node ids; hops: K ≥ 0.

@@ -1,4 +1,4 @@
-"""Re-padding the zero-padded sequences of ``node_feat`` with −1 (SPEC §2.2).
+"""Re-padding the zero-padded sequences of ``node_feat`` with −1 (docs/spec.md §2.2).
 
 TpuGraphs pads four variable-length sequences with 0, which cannot be told apart from axis 0.
 This kernel recovers each node's output rank r and rewrites the padding as −1:

@@ -1,7 +1,7 @@
 """Layout configurations packed, deduplicated and held once per tie column, while they stream past.
 
 A graph's configurable nodes whose codes are equal in every config are *tied*; the shards store one
-codes column per tie group (``config_node_tie``, SPEC §2.4). ``LayoutCollector`` finds the groups as
+codes column per tie group (``config_node_tie``, docs/spec.md §2.4). ``LayoutCollector`` finds the groups as
 the chunks of ``node_config_feat`` arrive, by refinement: it starts from one group and splits a group
 whenever some of its nodes differ from the group's first node in a chunk. Groups only ever split, and a
 node split off at row r equalled its old group's first node on every earlier row, so a unique config

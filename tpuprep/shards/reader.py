@@ -92,7 +92,7 @@ def _list_cell(table: pa.Table, column: str, row: int, width: int | None = None)
 
 @dataclass
 class GraphRecord(ConfigCounts):
-    """One graph as stored (SPEC §4). Shapes: n' kept nodes, m' kept edges, nc configurable nodes,
+    """One graph as stored (docs/spec.md §4). Shapes: n' kept nodes, m' kept edges, nc configurable nodes,
     c original configs, c_u unique configs. Runtimes in ns.
 
     node_feat (n', 140) float32; node_opcode (n',) uint8; edge_index (m', 2) int32;

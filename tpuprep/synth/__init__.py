@@ -1,4 +1,4 @@
-"""Deterministic synthetic TpuGraphs generator (SPEC §6).
+"""Deterministic synthetic TpuGraphs generator (docs/spec.md §6).
 
 ``synthesize(dst, profile, seed)`` writes a tree that the published loaders cannot tell from the real
 dataset (TPUGRAPHS.md §1–§5), plus the hidden truth::

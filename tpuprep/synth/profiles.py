@@ -90,7 +90,8 @@ FULL_TARGETS = {
   files, "≈ 400 GB" (TPUGRAPHS.md §1); the plan gives 397.9 GB (per collection: xla:random 34.2,
   xla:default 22.2, nlp:random 277.2, nlp:default 64.3 GB; the test files add 0.7 GB).
 - ``mean_configs``: the published average c per graph, "over 11,000" for layout:xla:random and "over
-  66,000" for layout:nlp:random (the TGraph paper, ../shared/seeds/000); the plan gives 11,492 and
+  66,000" for layout:nlp:random (the TGraph paper: Khizbullin et al., "Graph neural networks with
+  configuration cross-attention for tensor compilers"); the plan gives 11,492 and
   67,310 over train + valid. Nothing is published per collection for the default collections or for
   bytes: they take the rest of the 400 GB (mean c 11,814 xla:default, 14,628 nlp:default).
 - ``max_config_files``: at least this many train/valid files at c = 100,040 in every layout collection

@@ -1,4 +1,4 @@
-"""Torch-free trainer and evaluator over tpuprep shards (SPEC §5 ``train`` / ``evaluate`` / ``predict``).
+"""Torch-free trainer and evaluator over tpuprep shards (docs/spec.md §5 ``train`` / ``evaluate`` / ``predict``).
 
 Public API::
 
@@ -7,7 +7,7 @@ Public API::
     result = evaluate(ds, [ranker], split="valid", truth="synth/truth")
     write_submission(ds, [ranker, tile_ranker], "submission.csv", split="test")
 
-``ds`` is the reader of SPEC §4 (``tpuprep.open_dataset``). Metrics live in :mod:`.metrics`, the model
+``ds`` is the reader of docs/spec.md §4 (``tpuprep.open_dataset``). Metrics live in :mod:`.metrics`, the model
 in :mod:`.model` (NumPy + Numba, hand-written backward), the CLI commands in :mod:`.cli`.
 """
 

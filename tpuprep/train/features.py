@@ -1,4 +1,4 @@
-"""Per-graph model inputs built once from a GraphRecord (SPEC §4): features, sparse operators, regions.
+"""Per-graph model inputs built once from a GraphRecord (docs/spec.md §4): features, sparse operators, regions.
 
 Node input features (F = 177 columns, float):
   * cols 0..133 of ``node_feat`` standardised with the collection's train statistics

@@ -11,7 +11,7 @@
   over the best true runtime of all (≥ 1); the Kaggle tile score is ``2 − slowdown@5`` computed on
   runtime / normalizer (the tile target, TPUGRAPHS §2 and §8).
 * :func:`expand_to_original` — predictions over unique configs → every ORIGINAL config index via
-  ``config_inverse``, so scores are always taken against the original runtimes (SPEC §2.3).
+  ``config_inverse``, so scores are always taken against the original runtimes (docs/spec.md §2.3).
 
 Predictions follow the convention "higher score = slower config" throughout the trainer; every metric
 here takes the prediction as such a score (an ascending sort lists the fastest first).

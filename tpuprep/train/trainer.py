@@ -175,7 +175,7 @@ class Interleaved:
 def train(ds: Any, collection: str, config: TrainConfig | None = None,
           out: str | Path | None = None, log: TextIO | None = sys.stderr,
           batches: Callable[[list[str]], Any] | None = None) -> Ranker:
-    """Train a model for ``collection`` on ``ds`` (the SPEC §4 reader); save it to ``out`` if given.
+    """Train a model for ``collection`` on ``ds`` (the docs/spec.md §4 reader); save it to ``out`` if given.
 
     Progress goes to ``log`` (stderr by default; None silences it), one line per epoch. Returns the model.
     batches: ``batches(graph_ids)`` → a sampler with the ``ConfigBatches`` contract (``set_epoch(e)``,
