@@ -23,6 +23,7 @@ import click
 from ..errors import FatalError
 from .common import LazyChoice
 from .group import main
+from .outputs import check_output
 
 threads_option = click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(min=0),
@@ -65,6 +66,13 @@ def _open(shards: str) -> Any:
         return opener(shards)
     except (OSError, ValueError, FatalError) as e:
         raise Failed(f"cannot open shards at {shards}: {e}") from None
+
+
+def _model_inputs(models: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The files of the ``--model`` paths (``<M>.npz`` and ``<M>.json``), as inputs for ``check_output``."""
+    from ..train.ranker import model_paths
+
+    return [("--model", str(f)) for m in models for f in model_paths(m)]
 
 
 def _load_models(paths: tuple[str, ...]) -> list[Any]:
@@ -117,8 +125,11 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
               time_budget: float | None, holdout_fold: int | None, validate: bool,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
     """Train a torch-free ranking model for one collection."""
+    from ..train.ranker import model_paths
     from ..train.trainer import TrainConfig, train
 
+    for written in (out, *model_paths(out)):
+        check_output(written, "--out", [("--shards", shards)])
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
                       head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
@@ -151,6 +162,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
     """Score models per graph and per collection (Kendall tau, OPA, slowdown, tile score)."""
     from ..train.evaluate import evaluate, format_table, write_outputs
 
+    check_output(out_dir, "--out", [("--shards", shards), ("--truth", truth), *_model_inputs(models)])
     ds = _open(shards)
     rankers = _load_models(models)
     with refusals():
@@ -190,6 +202,8 @@ def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...
     if not check_only and (not models or shards is None):
         raise click.UsageError("predicting needs --shards and at least one --model "
                                "(or --check-only to check an existing CSV)")
+    if not check_only:
+        check_output(out, "--out", [("--shards", shards), *_model_inputs(models)])
     ds = _open(shards) if shards is not None else None
     if not check_only:
         rankers = _load_models(models)
