@@ -3,7 +3,8 @@
 A run file names the source tree, the destination, the collections and splits, the build options
 and where the work runs (this process, local worker processes, a local Dask cluster or an existing
 Dask cluster). Relative paths are relative to the run file's folder, so a run file and its data can
-move together; ``~`` and ``$VARS`` are expanded (an unset variable is an error). See
+move together; ``~`` and ``$VARS`` are expanded (an unset variable is an error; ``$$`` is a literal
+``$``, see ``interpolate``). See
 ``pipelines/README.md`` for the format and the cluster recipes.
 
 Example::
