@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from ..errors import FatalError
+from ..errors import FatalError, UsageError
 from .common import LazyChoice
 from .group import main
 from .outputs import check_output
@@ -38,6 +38,22 @@ class Failed(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+class Refused(Failed):
+    """A command line that cannot work, shown as one line, ``error: ...``, exit 2 (an output refused by
+    ``outputs.check_output``; also when a command is invoked outside the ``tpuprep`` group)."""
+
+    exit_code = 2
+
+
+def _check_output(path: str | None, option: str, inputs: list[tuple[str, str | None]]) -> None:
+    """``outputs.check_output`` as a :class:`Refused` (the shard folder itself is refused by its
+    manifest, so ``--shards`` is not passed as an input folder)."""
+    try:
+        check_output(path, option, inputs)
+    except UsageError as e:
+        raise Refused(str(e)) from None
 
 
 @contextmanager
@@ -68,7 +84,7 @@ def _open(shards: str) -> Any:
         raise Failed(f"cannot open shards at {shards}: {e}") from None
 
 
-def _model_inputs(models: tuple[str, ...]) -> list[tuple[str, str]]:
+def _model_inputs(models: tuple[str, ...]) -> list[tuple[str, str | None]]:
     """The files of the ``--model`` paths (``<M>.npz`` and ``<M>.json``), as inputs for ``check_output``."""
     from ..train.ranker import model_paths
 
@@ -129,7 +145,7 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
     from ..train.trainer import TrainConfig, train
 
     for written in (out, *model_paths(out)):
-        check_output(written, "--out", [("--shards", shards)])
+        _check_output(written, "--out", [])
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
                       head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
@@ -162,7 +178,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
     """Score models per graph and per collection (Kendall tau, OPA, slowdown, tile score)."""
     from ..train.evaluate import evaluate, format_table, write_outputs
 
-    check_output(out_dir, "--out", [("--shards", shards), ("--truth", truth), *_model_inputs(models)])
+    _check_output(out_dir, "--out", [("--truth", truth), *_model_inputs(models)])
     ds = _open(shards)
     rankers = _load_models(models)
     with refusals():
@@ -203,7 +219,7 @@ def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...
         raise click.UsageError("predicting needs --shards and at least one --model "
                                "(or --check-only to check an existing CSV)")
     if not check_only:
-        check_output(out, "--out", [("--shards", shards), *_model_inputs(models)])
+        _check_output(out, "--out", _model_inputs(models))
     ds = _open(shards) if shards is not None else None
     if not check_only:
         rankers = _load_models(models)
