@@ -194,6 +194,8 @@ def test_synth_into_a_shard_folder_is_refused(tree):
     before = _snapshot(tree / "shards")
     result = _run("synth", "--dst", tree / "shards", "-q")
     _one_error_line(result, "--dst", "shard folder")
+    result = _run("demo", "--keep", tree / "shards" / "demo", "--workers", "1")
+    _one_error_line(result, "--keep", "shard folder")
     assert _snapshot(tree / "shards") == before
 
 

@@ -97,6 +97,7 @@ def demo(keep, workers) -> None:
     from ..synth import synthesize
     from ..verify import verify as run_verify
 
+    check_output(keep, "--keep")
     with tempfile.TemporaryDirectory(prefix="tpuprep-demo-") as tmp:
         root = keep or Path(tmp)
         click.echo(f"1/3 synthesising the 'small' profile under {root / 'synth'} ...")
