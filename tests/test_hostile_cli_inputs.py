@@ -113,6 +113,14 @@ def test_log_file_on_a_full_device_is_one_line(src, tmp_path, command):
     assert "Traceback" not in result.stderr
 
 
+def test_log_file_that_is_a_fifo_nobody_reads_is_one_line_not_a_hang(src, tmp_path):
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    result = _tpuprep("build", "--src", src, "--dst", tmp_path / "out", "-q", "--log-file", fifo, timeout=60)
+    _one_line(result, 1, str(fifo), "ENXIO")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 def test_a_log_that_breaks_in_a_thread_is_reported_once_and_fails_the_command(capsys):
     """The progress ticker logs from its own thread: the failure is kept, and said once at the end."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import sys
 import threading
@@ -78,13 +79,17 @@ class LogFile:
     """``--log-file PATH``: progress lines, quarantined files, the summary and the one-line error
     appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``).
 
-    A write that fails (``/dev/full``: ENOSPC, a disk that fills up, EIO) breaks the log: ``error`` keeps
-    the first ``OSError`` (naming PATH), later writes and ``close()`` are no-ops and never raise, and
-    ``log()`` raises that error once in the main thread (the guard turns it into one line, exit 1)."""
+    A FIFO that nobody reads is an ``OSError`` (ENXIO) when opening, not a hang. A write that fails
+    (``/dev/full``: ENOSPC, a disk that fills up, EIO) breaks the log: ``error`` keeps the first
+    ``OSError`` (naming PATH), later writes and ``close()`` are no-ops and never raise, and ``log()``
+    raises that error once in the main thread (the guard turns it into one line, exit 1)."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        self.fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
+        # O_NONBLOCK: a FIFO nobody reads is ENXIO at once instead of a hang; then blocking writes as usual
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        os.set_blocking(fd, True)
+        self.fh = open(fd, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
         self.lock = threading.Lock()
         self.error: OSError | None = None
         self.reported = False
