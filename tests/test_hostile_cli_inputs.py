@@ -164,6 +164,12 @@ def test_runner_refuses_an_absurd_timeout():
             DaskRunner("tcp://127.0.0.1:1", **kw)
 
 
+def test_dask_connect_timeout_from_dask_config_is_bounded(src, tmp_path):
+    result = _tpuprep("build", "--src", src, "--dst", tmp_path / "out", "-q", "--scheduler", "tcp://127.0.0.1:1",
+                      env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1e300"}, timeout=60)
+    _one_line(result, 2, "distributed.comm.timeouts.connect must be > 0 and at most")
+
+
 def test_a_week_is_still_a_valid_timeout(tmp_path):
     p = parse_pipeline('src = "a"\ndst = "b"\n[cluster]\nscheduler = "tcp://h:1"\ntimeout = 604800\n', tmp_path / "x.toml")
     assert p.cluster.timeout == 604800.0

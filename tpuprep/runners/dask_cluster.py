@@ -147,7 +147,11 @@ def _connect_timeout(seconds: float | None) -> float:
     import dask
     from dask.utils import parse_timedelta
 
-    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+    seconds = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+    problem = timeout_problem(seconds)
+    if problem:  # e.g. DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=1e300
+        raise UsageError(f"Dask's distributed.comm.timeouts.connect {problem}")
+    return seconds
 
 
 QUIET_LOGGERS = ("distributed", "tornado")
