@@ -20,6 +20,14 @@ original config i, so a score per unique row becomes a score per original config
 ``scores[config_inverse]`` (what a Kaggle submission over the original indices needs); scripts that only
 read the usual keys can ignore it.
 
+An export never damages what it does not own: ``dst_npz`` must not be empty, lie in the shard folder, or be
+(or lie inside) the build's source tree — recognised by the manifest's inputs: a file at one of their paths
+(``<collection path>/<split>/<stem>.npz``, under ``dst_npz`` or a folder above it) with the recorded size and
+sha256 is a source file, and the export is refused before anything is written (``UsageError``). A file
+already at a target path is left as it is when its bytes equal what the export would write, and is replaced
+only with ``overwrite=True`` (``--overwrite``) when they differ; those files are checked first, so a refusal
+comes before any file is written or replaced.
+
 Files are byte-for-byte what ``np.savez_compressed`` writes for the same arrays (a zip of DEFLATE-compressed
 ``.npy`` members, zip64, member timestamps fixed at 1980-01-01), so the same shards give identical files. The
 writer is our own only so that ``node_config_feat`` can be decoded and compressed in row chunks: memory stays
@@ -28,6 +36,7 @@ bounded whatever its inflated size (≈ 2.6 GB as float32 for the largest real g
 
 from __future__ import annotations
 
+import filecmp
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadShards, UsageError
+from .io.files import sha256_file
 from .io.npz_writer import StreamedArray, write_npz
 from .io.storage import scheme_of
 from .kernels.base7 import decode_base7
@@ -52,11 +62,15 @@ Member = np.ndarray | StreamedArray
 
 @dataclass
 class ExportReport:
-    """What an export wrote: relative file paths (sorted), graph count and total bytes."""
+    """What an export wrote: relative file paths (sorted), graph count and total bytes; of those files,
+    ``unchanged`` were already there with the same bytes (left as they were) and ``replaced`` held
+    different bytes and were replaced (``overwrite=True``)."""
 
     root: Path
     files: list[str] = field(default_factory=list)
     bytes: int = 0
+    unchanged: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
 
     @property
     def graphs(self) -> int:
@@ -124,6 +138,60 @@ def _inside(dst: Path, rel: str) -> Path:
     return target
 
 
+def _is_source_file(path: Path, entry: dict) -> bool:
+    """``path`` is a regular file with the size and sha256 that the manifest records for input ``entry``."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    if not os.path.isfile(path) or st.st_size != entry.get("bytes"):
+        return False
+    try:
+        return sha256_file(path) == entry.get("sha256")
+    except OSError:
+        return False
+
+
+def refuse_source_overlap(dst: Path, manifest: dict) -> None:
+    """``UsageError`` when ``dst`` is the build's source tree or lies inside it: ``dst`` or a folder above
+    it holds one of the manifest's inputs at its recorded path with its recorded size and sha256 (an
+    export there would replace the original files with the pruned, deduplicated ones)."""
+    inputs = [i for i in manifest.get("inputs", ()) if i.get("status") == "ok" and i.get("sha256")]
+    tops = {i["path"].split("/", 1)[0] for i in inputs}
+    for root in (dst, *dst.parents):
+        if not any(os.path.isdir(root / top) for top in tops):
+            continue  # no layout/ or tile/ folder here: nothing of the source can be at this level
+        for entry in inputs:
+            source = root / entry["path"]
+            if _is_source_file(source, entry):
+                raise UsageError(f"--dst-npz {dst} overlaps the source of these shards: {source} is the build's "
+                                 f"input {entry['path']} (same size and sha256 as in the manifest); an export "
+                                 "must not replace its own source: choose a --dst-npz outside the source tree")
+
+
+def _write(target: Path, members: dict[str, Member], overwrite: bool, report: ExportReport, rel: str) -> int:
+    """Write one file to ``target``. An existing file is left as it is when the new bytes are the same,
+    replaced when they differ and ``overwrite``, else ``UsageError`` (and nothing changes)."""
+    if not os.path.lexists(target):
+        return write_npz(target, members)
+    if not os.path.isfile(target) or os.path.islink(target):
+        raise UsageError(f"--dst-npz: {target} exists and is not a regular file; refusing to replace it")
+    candidate = target.with_name(f".{target.name}.export-{os.getpid()}")
+    try:
+        size = write_npz(candidate, members)
+        if filecmp.cmp(candidate, target, shallow=False):
+            report.unchanged.append(rel)
+            return size
+        if not overwrite:
+            raise UsageError(f"--dst-npz: {target} exists with different bytes; refusing to replace it "
+                             "(--overwrite replaces it)")
+        os.replace(candidate, target)
+        report.replaced.append(rel)
+        return size
+    finally:
+        candidate.unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------- export
 
 
@@ -153,17 +221,23 @@ def export(
     splits: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
     storage_options: dict | None = None,
+    overwrite: bool = False,
 ) -> ExportReport:
     """Write every selected graph of the shard folder ``shards`` as ``dst_npz/<tree>/<split>/<stem>.npz``.
 
     ``shards`` may be a local folder, a URL (``s3://bucket/shards``, opened with ``storage_options``)
-    or an open ``Dataset``; ``dst_npz`` is a local folder.
+    or an open ``Dataset``; ``dst_npz`` is a local folder, not empty, outside the shard folder and
+    outside the build's source tree (``refuse_source_overlap``).
 
     ``collections`` are collection ids or prefixes (``layout:xla``, ``tile``), ``splits`` split names;
     ``packed`` writes ``node_config_feat`` as (c_u, nc, 3) int32 base-7 codes instead of decoded float32.
-    Existing files of the same name are replaced; nothing else in ``dst_npz`` is touched, and nothing
-    outside it: a graph id that is not a safe file name raises ``BadShards`` before anything is written.
+    An existing file of the same name is kept when its bytes are the same and replaced only with
+    ``overwrite`` (else ``UsageError`` before anything is written); nothing else in ``dst_npz`` is
+    touched, and nothing outside it: a graph id that is not a safe file name raises ``BadShards``
+    before anything is written.
     """
+    if not os.fspath(dst_npz):
+        raise UsageError("--dst-npz must not be empty (it would mean the current folder): name the output folder")
     dst = Path(dst_npz).resolve()
     if isinstance(shards, Dataset):
         folder = Path(shards.root).resolve() if shards.store.is_local else None
@@ -175,16 +249,21 @@ def export(
     ids = selected_graphs(ds, collections, splits)
     if not ids:
         raise UsageError(f"no graph in {ds.root} matches collections={collections or 'all'} splits={splits or 'all'}")
+    refuse_source_overlap(dst, ds.manifest)
     report = ExportReport(dst)
     plan = [(gid, npz_relpath(gid, coll, split)) for gid, coll, split in ids]  # every id checked first
+    targets = {rel: _inside(dst, rel) for _, rel in plan}
+    plan.sort(key=lambda item: not os.path.lexists(targets[item[1]]))  # existing files first (a refusal: before any write)
     for gid, rel in plan:
         g = ds.load_graph(gid)
-        report.bytes += write_npz(_inside(dst, rel), graph_members(g, packed=packed))
+        report.bytes += _write(targets[rel], graph_members(g, packed=packed), overwrite, report, rel)
         report.files.append(rel)
         if progress:
             progress(rel)
     report.files.sort()
+    report.unchanged.sort()
+    report.replaced.sort()
     return report
 
 
-__all__ = ["ExportReport", "export", "graph_members", "npz_relpath", "selected_graphs"]
+__all__ = ["ExportReport", "export", "graph_members", "npz_relpath", "refuse_source_overlap", "selected_graphs"]

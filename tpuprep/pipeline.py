@@ -3,7 +3,8 @@
 A run file names the source tree, the destination, the collections and splits, the build options
 and where the work runs (this process, local worker processes, a local Dask cluster or an existing
 Dask cluster). Relative paths are relative to the run file's folder, so a run file and its data can
-move together; ``~`` and ``$VARS`` are expanded (an unset variable is an error). See
+move together; ``~`` and ``$VARS`` are expanded (an unset variable is an error; ``$$`` is a literal
+``$``, see ``interpolate``). See
 ``pipelines/README.md`` for the format and the cluster recipes.
 
 Example::
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import string
 import tomllib
 from dataclasses import dataclass
@@ -228,13 +230,30 @@ def _validate(path: Path, doc: dict) -> None:
         raise _schema_error(path, first)
 
 
+def interpolate(value: str, environ: dict[str, str] | None = None) -> str:
+    """``$VAR`` and ``${VAR}`` replaced by the environment's values; ``$$`` is one literal ``$``; any other
+    ``$`` (alone, before a digit or a space, an unclosed ``${``) is kept as written, so that an
+    arbitrary string (a secret) never fails to parse. ``KeyError(name)`` for an unset variable."""
+    env = os.environ if environ is None else environ
+
+    def replace(match: re.Match) -> str:
+        if match.group("escaped") is not None:
+            return "$"
+        name = match.group("named") or match.group("braced")
+        if name is None:  # the "invalid" alternative: a $ that starts no placeholder
+            return match.group()
+        if name not in env:
+            raise KeyError(name)
+        return env[name]
+
+    return string.Template.pattern.sub(replace, value)
+
+
 def _expand(path: Path, key: str, value: str) -> str:
     try:
-        value = string.Template(value).substitute(os.environ)
+        value = interpolate(value)
     except KeyError as exc:
         raise _fail(path, key, f"environment variable {exc.args[0]} is not set") from None
-    except ValueError as exc:
-        raise _fail(path, key, f"bad $-substitution: {exc}") from None
     return os.path.expanduser(value)
 
 
@@ -255,14 +274,15 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
 
 
 def _storage_options(path: Path, key: str, value: Any) -> Any:
-    """A ``[*_storage_options]`` table with ``$VARS`` expanded in its strings (at any depth)."""
+    """A ``[*_storage_options]`` table with ``$VARS`` expanded in its strings (at any depth; ``interpolate``:
+    ``$$`` is a literal ``$``, a ``$`` that starts no variable name is kept)."""
     if isinstance(value, str):
-        return string.Template(value).substitute(os.environ) if "$" in value else value
-    if isinstance(value, dict):
         try:
-            return {k: _storage_options(path, f"{key}.{k}", v) for k, v in value.items()}
-        except KeyError as exc:
-            raise _fail(path, key, f"environment variable {exc.args[0]} is not set") from None
+            return interpolate(value) if "$" in value else value
+        except KeyError as exc:  # names the key and the variable, never the value (it may be a secret)
+            raise _fail(path, key, f"environment variable {exc.args[0]} is not set (write $$ for a literal $)") from None
+    if isinstance(value, dict):
+        return {k: _storage_options(path, f"{key}.{k}", v) for k, v in value.items()}
     if isinstance(value, list):
         return [_storage_options(path, key, v) for v in value]
     return value
@@ -285,10 +305,13 @@ def _cluster(path: Path, table: dict) -> ClusterSpec:
             spec["scheduler_file"] = _path(path, "cluster.scheduler_file", table["scheduler_file"])
         spec["min_workers"] = table.get("min_workers", 1)
     if kind != "serial":
+        from .runners.timeouts import timeout_problem
+
         spec["timeout"] = float(table.get("timeout", 60.0))
         spec["retries"] = table.get("retries", 2)
-        if not spec["timeout"] > 0:  # nan passes the schema's exclusiveMinimum
-            raise _fail(path, "cluster.timeout", f"must be > 0, not {spec['timeout']}")
+        problem = timeout_problem(spec["timeout"])  # nan and inf pass the schema's exclusiveMinimum
+        if problem:
+            raise _fail(path, "cluster.timeout", problem)
     return ClusterSpec(**spec)
 
 
@@ -455,5 +478,5 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 # ------------------------------------------------------------------------------------ the command
 
 
-__all__ = ["ClusterSpec", "Pipeline", "PipelineError", "SynthSpec", "load_pipeline", "make_pipeline_runner",
-           "override", "parse_pipeline", "run_pipeline"]
+__all__ = ["ClusterSpec", "Pipeline", "PipelineError", "SynthSpec", "interpolate", "load_pipeline",
+           "make_pipeline_runner", "override", "parse_pipeline", "run_pipeline"]

@@ -10,6 +10,7 @@ import click
 
 from .common import Progress, comma_list, json_errors, log, open_log, report_build, shown
 from .group import main
+from .outputs import check_output
 
 
 def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collections, splits, collection,
@@ -25,6 +26,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     scheduler = scheduler or (None if scheduler_file or workers > 1 else os.environ.get("DASK_SCHEDULER_ADDRESS"))
     if as_json:
         json_errors()
+    check_output(log_file, "--log-file", [("--src", src), ("--dst", dst)], append=True)
     if open_log(log_file):
         log(f"tpuprep build --src {shown(src)} --dst {shown(dst)}" + (" --resume" if resume else ""))
     progress = Progress(quiet, verbose)

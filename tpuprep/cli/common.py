@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import sys
 import threading
@@ -76,20 +77,49 @@ def clock(seconds: float) -> str:
 
 class LogFile:
     """``--log-file PATH``: progress lines, quarantined files, the summary and the one-line error
-    appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``)."""
+    appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``).
+
+    A FIFO that nobody reads is an ``OSError`` (ENXIO) when opening, not a hang. A write that fails
+    (``/dev/full``: ENOSPC, a disk that fills up, EIO) breaks the log: ``error`` keeps the first
+    ``OSError`` (naming PATH), later writes and ``close()`` are no-ops and never raise, and ``log()``
+    raises that error once in the main thread (the guard turns it into one line, exit 1)."""
 
     def __init__(self, path: str | Path):
-        self.fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
+        self.path = str(path)
+        # O_NONBLOCK: a FIFO nobody reads is ENXIO at once instead of a hang; then blocking writes as usual
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        os.set_blocking(fd, True)
+        self.fh = open(fd, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
         self.lock = threading.Lock()
+        self.error: OSError | None = None
+        self.reported = False
 
     def write(self, message: str) -> None:
         stamp = datetime.now().isoformat(timespec="seconds")
         with self.lock:
-            for line in message.splitlines() or [""]:
-                self.fh.write(f"{stamp} {line}\n")
+            if self.error is not None:
+                return
+            try:
+                for line in message.splitlines() or [""]:
+                    self.fh.write(f"{stamp} {line}\n")
+            except OSError as exc:
+                self.error = OSError(exc.errno, exc.strerror or str(exc), self.path)
 
-    def close(self) -> None:
-        self.fh.close()
+    def close(self) -> OSError | None:
+        """Close the file; the error that broke the log (or closing it) if it was never reported."""
+        with self.lock:
+            try:
+                self.fh.close()
+            except OSError as exc:
+                if self.error is None:
+                    self.error = OSError(exc.errno, exc.strerror or str(exc), self.path)
+            return None if self.reported else self.error
+
+    def raise_error(self) -> None:
+        """Raise the error that broke the log (once, in the main thread: the command stops there)."""
+        if self.error is not None and not self.reported and threading.current_thread() is threading.main_thread():
+            self.reported = True
+            raise self.error
 
 
 _session: dict = {"log": None, "json": False}
@@ -107,6 +137,7 @@ def log(message: str) -> None:
     """Append ``message`` to the command's ``--log-file``, if it has one."""
     if _session["log"] is not None:
         _session["log"].write(message)
+        _session["log"].raise_error()
 
 
 def json_errors() -> None:
@@ -114,10 +145,11 @@ def json_errors() -> None:
     _session["json"] = True
 
 
-def _end_session() -> None:
-    if _session["log"] is not None:
-        _session["log"].close()
+def _end_session() -> OSError | None:
+    """Close the log file; the error that broke it if the command never reported it."""
+    error = _session["log"].close() if _session["log"] is not None else None
     _session.update(log=None, json=False)
+    return error
 
 
 class Progress:
@@ -291,9 +323,23 @@ def guard(fn: Callable[[], int | None]) -> int | None:
     -> 1. Anything else is a bug and keeps its traceback.
     """
     try:
-        return _guarded(fn)
-    finally:
+        code = _guarded(fn)
+    except SystemExit:
+        if _log_failed(_end_session()):
+            raise SystemExit(EXIT_FATAL) from None
+        raise
+    except BaseException:
         _end_session()
+        raise
+    return EXIT_FATAL if _log_failed(_end_session()) else code
+
+
+def _log_failed(error: OSError | None) -> bool:
+    """Say (one line on stderr) that the log file could not be written, when it could not."""
+    if error is None:
+        return False
+    click.echo(f"error: {describe_os_error(error)} (the --log-file is incomplete)", err=True)
+    return True
 
 
 def _guarded(fn: Callable[[], int | None]) -> int | None:
@@ -332,7 +378,8 @@ def _loaded(*names: tuple[str, str]) -> tuple[type, ...]:
 def _say(message: str, code: int) -> int:
     """The one error line: on stderr, in the log file, and with --json the error document on stdout."""
     click.echo(f"error: {message}", err=True)
-    log(f"error: {message}")
+    if _session["log"] is not None:
+        _session["log"].write(f"error: {message}")  # a log that breaks now is reported when it is closed
     if _session["json"]:
         click.echo(json.dumps({"status": "error", "exit_code": code, "error": message}))
     return code

@@ -21,6 +21,7 @@ from .common import (
     summary_table,
 )
 from .group import main
+from .outputs import check_output
 
 
 def _recount(dst: Path, manifest: dict) -> dict:
@@ -121,6 +122,7 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
 
     if as_json:
         json_errors()
+    check_output(log_file, "--log-file", [("--src", src)], append=True)  # --dst: refused as a shard folder
     if open_log(log_file):
         log(f"tpuprep verify --src {shown(src)} --dst {shown(dst)}")
     started = time.perf_counter()
@@ -150,19 +152,23 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
 @main.command("export")
 @click.option("--shards", required=True, type=SHARD_FOLDER,
               help="A shard folder written by `tpuprep build` (with its manifest.json), or its URL.")
-@click.option("--dst-npz", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output root: files go to DIR/<layout|tile>/.../<split>/<stem>.npz.")
+@click.option("--dst-npz", required=True, type=click.Path(file_okay=False),
+              help="Output root: files go to DIR/<layout|tile>/.../<split>/<stem>.npz (not inside the shard "
+                   "folder or the build's source tree).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace existing files whose bytes differ (files with the same bytes are always kept).")
 @click.option("--packed", is_flag=True,
               help="Write node_config_feat as (c_u, nc, 3) int32 base-7 codes instead of (c_u, nc, 18) float32.")
 @click.option("--collections", default=None, help="Comma-separated collection ids or prefixes, e.g. layout:xla,tile.")
 @click.option("--splits", default=None, help="Comma-separated splits (train,valid,test).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-def export_cmd(shards: Path | str, dst_npz: Path, packed: bool, collections: str | None, splits: str | None,
-               quiet: bool) -> None:
+def export_cmd(shards: Path | str, dst_npz: str, overwrite: bool, packed: bool, collections: str | None,
+               splits: str | None, quiet: bool) -> None:
     """Write the preprocessed graphs back as TpuGraphs-style .npz files (pruned, re-padded, deduplicated)."""
     from .. import open_dataset
     from ..export import export, selected_graphs
 
+    check_output(dst_npz, "--dst-npz", [("--shards", shards)])
     bar = None
     try:
         source = shards if isinstance(shards, Path) else open_dataset(shards)  # a URL: resolved once
@@ -172,10 +178,12 @@ def export_cmd(shards: Path | str, dst_npz: Path, packed: bool, collections: str
             bar = click.progressbar(length=total, label="exporting", file=sys.stderr, show_pos=True)
             bar.__enter__()
         report = export(source, dst_npz, packed=packed, collections=comma_list(collections), splits=comma_list(splits),
-                        progress=(lambda _rel: bar.update(1)) if bar else None)
+                        progress=(lambda _rel: bar.update(1)) if bar else None, overwrite=overwrite)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
     if not quiet:
         click.echo(f"exported {report.graphs} graphs ({report.bytes / 2**20:.1f} MB) to {report.root}"
-                   + (" with packed base-7 codes" if packed else ""))
+                   + (" with packed base-7 codes" if packed else "")
+                   + (f"; {len(report.unchanged)} already there with the same bytes" if report.unchanged else "")
+                   + (f"; {len(report.replaced)} replaced (--overwrite)" if report.replaced else ""))

@@ -10,6 +10,7 @@ import click
 
 from .common import EXIT_OK, Progress, log, open_log, report_build
 from .group import main
+from .outputs import check_output
 
 
 @main.command("run")
@@ -30,12 +31,20 @@ from .group import main
 def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume, dry_run, quiet, verbose,
             log_file) -> None:
     """Run the batch build described by a PIPELINE run file (TOML; see pipelines/README.md)."""
+    from ..errors import UsageError
     from ..pipeline import load_pipeline, override, run_pipeline
 
-    if open_log(log_file):
-        log(f"tpuprep run {pipeline}" + (" --resume" if resume else ""))
-    p = override(load_pipeline(pipeline), src=src, dst=dst, workers=workers, scheduler=scheduler,
-                 scheduler_file=scheduler_file, resume=resume)
+    check_output(log_file, "--log-file", [("the run file", pipeline), ("--src", src), ("--dst", dst),
+                                          ("--scheduler-file", scheduler_file)], append=True)
+    try:
+        p = override(load_pipeline(pipeline), src=src, dst=dst, workers=workers, scheduler=scheduler,
+                     scheduler_file=scheduler_file, resume=resume)
+    except UsageError:
+        _open_log(log_file, pipeline, resume)  # the run file's error goes to the log too
+        raise
+    check_output(log_file, "--log-file", [("src", p.src), ("dst", p.dst),
+                                          ("the scheduler file", p.cluster.scheduler_file)], append=True)
+    _open_log(log_file, pipeline, resume)
     if dry_run or not quiet:
         click.echo(p.describe())
     if dry_run:
@@ -55,3 +64,9 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
     if not quiet:
         click.echo()
     sys.exit(report_build(report, dry_run=False, quiet=quiet, started=started, dst=p.dst))
+
+
+def _open_log(log_file: str | None, pipeline: Path, resume: bool) -> None:
+    """Open ``--log-file`` (already checked by ``check_output``) and record the command line."""
+    if open_log(log_file):
+        log(f"tpuprep run {pipeline}" + (" --resume" if resume else ""))

@@ -12,6 +12,7 @@ import click
 
 from .common import EXIT_FATAL, comma_list, format_table, summary_table
 from .group import main
+from .outputs import check_output
 
 
 @main.command()
@@ -37,6 +38,7 @@ def synth(dst, profile, seed, collections, fraction, dry_run, quiet) -> None:
     from ..synth import synthesize
 
     check_selection(comma_list(collections), None)
+    check_output(dst, "--dst")
     if dry_run:
         click.echo(plan_table(profile, seed, fraction, comma_list(collections)))
         return
@@ -95,6 +97,7 @@ def demo(keep, workers) -> None:
     from ..synth import synthesize
     from ..verify import verify as run_verify
 
+    check_output(keep, "--keep")
     with tempfile.TemporaryDirectory(prefix="tpuprep-demo-") as tmp:
         root = keep or Path(tmp)
         click.echo(f"1/3 synthesising the 'small' profile under {root / 'synth'} ...")

@@ -20,9 +20,10 @@ from typing import Any
 
 import click
 
-from ..errors import FatalError
+from ..errors import FatalError, UsageError
 from .common import LazyChoice
 from .group import main
+from .outputs import check_output
 
 threads_option = click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(min=0),
@@ -37,6 +38,22 @@ class Failed(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
+
+
+class Refused(Failed):
+    """A command line that cannot work, shown as one line, ``error: ...``, exit 2 (an output refused by
+    ``outputs.check_output``; also when a command is invoked outside the ``tpuprep`` group)."""
+
+    exit_code = 2
+
+
+def _check_output(path: str | None, option: str, inputs: list[tuple[str, str | None]]) -> None:
+    """``outputs.check_output`` as a :class:`Refused` (the shard folder itself is refused by its
+    manifest, so ``--shards`` is not passed as an input folder)."""
+    try:
+        check_output(path, option, inputs)
+    except UsageError as e:
+        raise Refused(str(e)) from None
 
 
 @contextmanager
@@ -65,6 +82,13 @@ def _open(shards: str) -> Any:
         return opener(shards)
     except (OSError, ValueError, FatalError) as e:
         raise Failed(f"cannot open shards at {shards}: {e}") from None
+
+
+def _model_inputs(models: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    """The files of the ``--model`` paths (``<M>.npz`` and ``<M>.json``), as inputs for ``check_output``."""
+    from ..train.ranker import model_paths
+
+    return [("--model", str(f)) for m in models for f in model_paths(m)]
 
 
 def _load_models(paths: tuple[str, ...]) -> list[Any]:
@@ -117,8 +141,11 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
               time_budget: float | None, holdout_fold: int | None, validate: bool,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
     """Train a torch-free ranking model for one collection."""
+    from ..train.ranker import model_paths
     from ..train.trainer import TrainConfig, train
 
+    for written in (out, *model_paths(out)):
+        _check_output(written, "--out", [])
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
                       head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
@@ -151,6 +178,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
     """Score models per graph and per collection (Kendall tau, OPA, slowdown, tile score)."""
     from ..train.evaluate import evaluate, format_table, write_outputs
 
+    _check_output(out_dir, "--out", [("--truth", truth), *_model_inputs(models)])
     ds = _open(shards)
     rankers = _load_models(models)
     with refusals():
@@ -190,6 +218,8 @@ def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...
     if not check_only and (not models or shards is None):
         raise click.UsageError("predicting needs --shards and at least one --model "
                                "(or --check-only to check an existing CSV)")
+    if not check_only:
+        _check_output(out, "--out", _model_inputs(models))
     ds = _open(shards) if shards is not None else None
     if not check_only:
         rankers = _load_models(models)

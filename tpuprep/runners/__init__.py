@@ -14,18 +14,21 @@ DASK_TIMEOUT_ENV = "TPUPREP_DASK_TIMEOUT"
 
 def dask_timeout(value: str | None = None) -> float | None:
     """Seconds from ``TPUPREP_DASK_TIMEOUT`` (or ``value``), None when unset; ``UsageError`` (one
-    line naming the variable) unless it is a positive number."""
+    line naming the variable) unless it is a number in (0, a week] (``timeouts.timeout_problem``)."""
     from ..errors import UsageError
 
     text = os.environ.get(DASK_TIMEOUT_ENV, "") if value is None else value
     if not text.strip():
         return None
+    from .timeouts import MAX_TIMEOUT_SECONDS, timeout_problem
+
     try:
         seconds = float(text)
     except ValueError:
         seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise UsageError(f"{DASK_TIMEOUT_ENV}={text!r} must be a positive number of seconds")
+    if timeout_problem(seconds):
+        raise UsageError(f"{DASK_TIMEOUT_ENV}={text!r} must be a positive number of seconds, "
+                         f"at most {MAX_TIMEOUT_SECONDS:.0f} (a week)")
     return seconds
 
 

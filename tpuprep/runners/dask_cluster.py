@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -44,6 +45,7 @@ from typing import Any
 from distributed import WorkerPlugin
 
 from ..errors import FatalError, UsageError
+from .timeouts import timeout_problem
 from .worker import warm_worker
 
 PLUGIN_NAME = "tpuprep-worker"
@@ -68,6 +70,10 @@ class ClusterError(FatalError):
 
 class SchedulerAddressError(UsageError):
     """A scheduler address that is not one (e.g. ``not-a-url``, ``http://...``): exit code 2."""
+
+
+class SchedulerFileError(UsageError):
+    """A scheduler file that cannot be one (a FIFO, a device, a folder, megabytes): exit code 2."""
 
 
 class SourceMismatchWarning(UserWarning):
@@ -141,7 +147,11 @@ def _connect_timeout(seconds: float | None) -> float:
     import dask
     from dask.utils import parse_timedelta
 
-    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+    seconds = float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+    problem = timeout_problem(seconds)
+    if problem:  # e.g. DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=1e300
+        raise UsageError(f"Dask's distributed.comm.timeouts.connect {problem}")
+    return seconds
 
 
 QUIET_LOGGERS = ("distributed", "tornado")
@@ -343,6 +353,11 @@ class DaskRunner:
     ):
         from distributed import Client, LocalCluster
 
+        for what, seconds in (("timeout", timeout), ("connect_timeout", connect_timeout),
+                              ("no_workers_timeout", no_workers_timeout)):
+            problem = None if seconds is None else timeout_problem(seconds)
+            if problem:
+                raise UsageError(f"Dask {what} {problem}")
         if quiet:
             quiet_dask_logs()
         self.retries = retries
@@ -533,11 +548,46 @@ class DaskRunner:
             self._cluster = None
 
 
+SCHEDULER_FILE_MAX_BYTES = 1 << 20
+"""A Dask scheduler file is a small JSON document (about 1 KB); anything larger is not one."""
+
+
+def read_scheduler_file(path: Path) -> bytes:
+    """The bytes of a scheduler file: a regular file of at most ``SCHEDULER_FILE_MAX_BYTES``.
+
+    Opened without blocking (a FIFO would wait for a writer for ever) and checked on the open
+    descriptor: anything else (a FIFO, a device such as ``/dev/zero``, a folder) is a
+    ``SchedulerFileError`` (a usage error), one line; so is a larger file, which is never read whole.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise SchedulerFileError(f"Dask scheduler file {path} is a folder, not a regular file") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SchedulerFileError(f"Dask scheduler file {path} is {_file_kind(st.st_mode)}, not a regular "
+                                     "file (a scheduler writes it: `dask scheduler --scheduler-file F`)")
+        data = fh.read(SCHEDULER_FILE_MAX_BYTES + 1)
+    if len(data) > SCHEDULER_FILE_MAX_BYTES:
+        raise SchedulerFileError(f"Dask scheduler file {path} is larger than {SCHEDULER_FILE_MAX_BYTES:,} bytes: "
+                                 "not a scheduler file (a few hundred bytes of JSON)")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def _address_from_file(path: Path, seconds: float) -> str:
     """The scheduler address in a Dask scheduler file (waiting ``seconds`` for it to appear)."""
     _wait_for_file(path, seconds)
     try:
-        address = json.loads(path.read_text())["address"]
+        address = json.loads(read_scheduler_file(path))["address"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ClusterError(f"{path} is not a Dask scheduler file (no scheduler address in it: "
                            f"{_one_line(exc)})") from None

@@ -1,0 +1,289 @@
+"""Where commands write (issue #27 items 4, 5, 14): no command writes into a shard folder or onto (or into)
+one of its own inputs, and an export never replaces its build's source or a different file without
+--overwrite. Every refusal is one line, exit 2, and leaves every byte as it was."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from npzfactory import layout_arrays, tile_arrays, write
+
+from tpuprep.build import build
+from tpuprep.cli import main
+from tpuprep.cli.outputs import check_output, within
+from tpuprep.errors import UsageError
+
+LAYOUT, TILE = "layout:xla:random", "tile:xla"
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_error_line(result, *needles: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """A TpuGraphs tree (src/npz) of two layout and two tile files, and its shards (shards/)."""
+    root = tmp_path_factory.mktemp("outputs")
+    src = root / "npz"
+    for split in ("train", "test"):
+        write(src, f"layout/xla/random/{split}/g_{split}.npz", layout_arrays(seed=1 if split == "train" else 2))
+        write(src, f"tile/xla/{split}/t_{split}.npz", tile_arrays(seed=3 if split == "train" else 4))
+    build(src, root / "shards")
+    return root
+
+
+@pytest.fixture(scope="module")
+def model(tree) -> Path:
+    """An untrained layout model (OUT.npz + OUT.json) for the tree's shards."""
+    from tpuprep import open_dataset
+    from tpuprep.train import Ranker
+    from tpuprep.train.model import ModelConfig
+
+    ds = open_dataset(tree / "shards")
+    out = tree / "models" / "layout"
+    out.parent.mkdir(exist_ok=True)
+    Ranker.create(LAYOUT, ds.stats(LAYOUT), ModelConfig("layout", 8, 8, 1), 0).save(out)
+    return out
+
+
+# --------------------------------------------------------------------------- item 4: export and its source
+
+
+@pytest.mark.parametrize("where", ["npz", "npz/layout", "npz/layout/xla/random/train"])
+def test_export_into_the_builds_own_source_is_refused(tree, where):
+    """The source tree itself, or a folder inside it: the manifest's inputs (path, size, sha256) are
+    found there, so nothing is written (before: the originals were replaced, exit 0)."""
+    src = tree / "npz"
+    before = _snapshot(src)
+    result = _run("export", "--shards", tree / "shards", "--dst-npz", tree / where, "-q")
+    _one_error_line(result, "--dst-npz", "overlaps the source of these shards", "sha256")
+    assert _snapshot(src) == before
+
+
+def test_export_refuses_the_source_even_with_overwrite(tree):
+    before = _snapshot(tree / "npz")
+    result = _run("export", "--shards", tree / "shards", "--dst-npz", tree / "npz", "--overwrite", "-q")
+    _one_error_line(result, "overlaps the source")
+    assert _snapshot(tree / "npz") == before
+
+
+def test_export_keeps_a_copy_of_the_source_tree_elsewhere_apart(tree, tmp_path):
+    """A sibling whose name starts with the source's (``npz-evil``) is not the source: path tests, not
+    string prefixes."""
+    result = _run("export", "--shards", tree / "shards", "--dst-npz", tree.parent / (tree.name + "-evil"), "-q")
+    assert result.exit_code == 0, result.output
+    assert len(list((tree.parent / (tree.name + "-evil")).rglob("*.npz"))) == 4
+
+
+def test_export_never_replaces_different_bytes_without_overwrite(tree, tmp_path):
+    dst = tmp_path / "out"
+    assert _run("export", "--shards", tree / "shards", "--dst-npz", dst, "-q").exit_code == 0
+    fresh = _snapshot(dst)
+    mine = dst / "tile/xla/train/t_train.npz"
+    mine.write_bytes(b"my own notes, not an export")
+    (dst / "tile/xla/test/t_test.npz").unlink()  # a refusal must come before any new file is written
+
+    refused = _run("export", "--shards", tree / "shards", "--dst-npz", dst, "-q")
+    _one_error_line(refused, str(mine), "different bytes", "--overwrite")
+    assert mine.read_bytes() == b"my own notes, not an export"
+    assert not (dst / "tile/xla/test/t_test.npz").exists()
+    assert not [p for p in dst.rglob("*") if p.name.startswith(".")], "temporaries left behind"
+
+    replaced = _run("export", "--shards", tree / "shards", "--dst-npz", dst, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert "1 replaced (--overwrite)" in replaced.output
+    assert _snapshot(dst) == fresh
+
+
+def test_export_again_keeps_identical_files_without_overwrite(tree, tmp_path):
+    dst = tmp_path / "out"
+    assert _run("export", "--shards", tree / "shards", "--dst-npz", dst, "-q").exit_code == 0
+    fresh = _snapshot(dst)
+    stamps = {p: p.stat().st_ino for p in dst.rglob("*.npz")}
+    again = _run("export", "--shards", tree / "shards", "--dst-npz", dst)
+    assert again.exit_code == 0, again.output
+    assert "4 already there with the same bytes" in again.output
+    assert _snapshot(dst) == fresh
+    assert {p: p.stat().st_ino for p in dst.rglob("*.npz")} == stamps  # left as they were, not rewritten
+
+
+def test_export_api_refuses_the_source_and_an_empty_destination(tree, monkeypatch, tmp_path):
+    from tpuprep.export import export
+
+    with pytest.raises(UsageError, match="overlaps the source"):
+        export(tree / "shards", tree / "npz")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="must not be empty"):
+        export(tree / "shards", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- item 14: export --dst-npz ""
+
+
+def test_export_to_an_empty_destination_is_refused(tree, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _run("export", "--shards", tree / "shards", "--dst-npz", "", "-q")
+    _one_error_line(result, "--dst-npz must not be empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- item 5: outputs into shard folders
+
+
+def test_train_out_in_the_shard_folder_is_refused(tree):
+    shards = tree / "shards"
+    before = _snapshot(shards)
+    result = _run("train", "--shards", shards, "--collection", LAYOUT, "--out", shards / "manifest",
+                  "--epochs", "0", "--no-validate", "-q")
+    _one_error_line(result, "--out", "shard folder", str(shards))
+    assert _snapshot(shards) == before
+
+
+def test_predict_out_onto_the_manifest_is_refused(tree, model):
+    shards = tree / "shards"
+    before = _snapshot(shards)
+    result = _run("predict", "--shards", shards, "--model", model, "--out", shards / "manifest.json")
+    _one_error_line(result, "--out", "shard folder")
+    assert _snapshot(shards) == before
+
+
+def test_predict_out_onto_its_own_model_is_refused(tree, model):
+    before = _snapshot(tree / "models")
+    result = _run("predict", "--shards", tree / "shards", "--model", model, "--out", f"{model}.json")
+    _one_error_line(result, "--out", "is --model", "an input of this command")
+    assert _snapshot(tree / "models") == before
+
+
+def test_evaluate_out_in_the_shard_folder_is_refused(tree, model):
+    shards = tree / "shards"
+    before = _snapshot(shards)
+    result = _run("evaluate", "--shards", shards, "--model", model, "--split", "train", "--out", shards / "eval",
+                  "-q")
+    _one_error_line(result, "--out", "shard folder")
+    assert _snapshot(shards) == before
+
+
+def test_export_into_another_shard_folder_is_refused(tree, tmp_path):
+    other = tmp_path / "other-shards"
+    build(tree / "npz", other, collections=[TILE])
+    before = _snapshot(other)
+    result = _run("export", "--shards", tree / "shards", "--dst-npz", other / "npz", "-q")
+    _one_error_line(result, "--dst-npz", "shard folder", str(other))
+    assert _snapshot(other) == before
+
+
+def test_synth_into_a_shard_folder_is_refused(tree):
+    before = _snapshot(tree / "shards")
+    result = _run("synth", "--dst", tree / "shards", "-q")
+    _one_error_line(result, "--dst", "shard folder")
+    result = _run("demo", "--keep", tree / "shards" / "demo", "--workers", "1")
+    _one_error_line(result, "--keep", "shard folder")
+    assert _snapshot(tree / "shards") == before
+
+
+@pytest.mark.parametrize("command", ["build", "verify"])
+def test_log_file_onto_an_input_npz_is_refused(tree, tmp_path, command):
+    """``--log-file`` naming an input (directly, or through a hard link) would append to it."""
+    src = tree / "npz"
+    before = _snapshot(src)
+    victim = src / "layout/xla/random/train/g_train.npz"
+    link = tmp_path / "innocent.log"
+    os.link(victim, link)
+    dst = tmp_path / "out" if command == "build" else tree / "shards"
+    for log in (victim, link):
+        result = _run(command, "--src", src, "--dst", dst, "-q", "--log-file", log)
+        _one_error_line(result, "--log-file", "--src" if log == victim else "a zip (.npz) file, not a log")
+    assert _snapshot(src) == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_log_file_in_the_shard_folder_is_refused(tree):
+    before = _snapshot(tree / "shards")
+    result = _run("verify", "--src", tree / "npz", "--dst", tree / "shards", "-q",
+                  "--log-file", tree / "shards" / "verify.log")
+    _one_error_line(result, "--log-file", "shard folder")
+    assert _snapshot(tree / "shards") == before
+
+
+def test_build_log_file_inside_its_own_destination_is_refused(tree, tmp_path):
+    dst = tmp_path / "out"
+    dst.mkdir()
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", dst / "build.log")
+    _one_error_line(result, "--log-file", "lies inside --dst")
+    assert list(dst.iterdir()) == []
+
+
+def test_run_log_file_onto_the_run_file_or_into_its_src_is_refused(tree, tmp_path):
+    run_file = tmp_path / "job.toml"
+    text = f'src = "{tree / "npz"}"\ndst = "{tmp_path / "out"}"\n[cluster]\ntype = "serial"\n'
+    run_file.write_text(text)
+    result = _run("run", run_file, "-q", "--log-file", run_file)
+    _one_error_line(result, "--log-file", "the run file")
+    assert run_file.read_text() == text
+    before = _snapshot(tree / "npz")
+    result = _run("run", run_file, "-q", "--log-file", tree / "npz" / "run.log")
+    _one_error_line(result, "--log-file", "lies inside src")
+    assert _snapshot(tree / "npz") == before
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_file_errors_still_reach_a_good_log_file(tmp_path):
+    run_file = tmp_path / "bad.toml"
+    run_file.write_text("src = 3\n")
+    log = tmp_path / "run.log"
+    result = _run("run", run_file, "--log-file", log)
+    assert result.exit_code == 2
+    assert "error:" in log.read_text() and str(run_file) in log.read_text()
+
+
+# --------------------------------------------------------------------------- the check itself
+
+
+def test_outputs_beside_a_folder_with_a_common_prefix_are_allowed(tree, tmp_path):
+    """Confinement is a path test: ``<shards>-evil/`` is not inside ``<shards>/``, ``<npz>.log`` is not
+    the input ``<npz>``."""
+    shards = tree / "shards"
+    sibling = tree / "shards-evil" / "model"
+    assert check_output(sibling, "--out", [("--shards", shards)]) == sibling.resolve()
+    assert not within(sibling.resolve(), shards.resolve())
+    assert within((shards / "x" / "y").resolve(), shards.resolve())
+    victim = tree / "npz/tile/xla/train/t_train.npz"
+    assert check_output(f"{victim}.log", "--log-file", [("--src", victim)]) is not None
+    with pytest.raises(UsageError, match="is --src"):
+        check_output(victim, "--log-file", [("--src", victim)])
+
+
+def test_a_manifest_json_that_is_not_tpuprep_does_not_make_a_shard_folder(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"name": "some web app"}')
+    assert check_output(tmp_path / "model", "--out") == (tmp_path / "model").resolve()
+    fifo_dir = tmp_path / "f"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "manifest.json")  # never opened (a FIFO would block)
+    assert check_output(fifo_dir / "model", "--out") is not None
+
+
+def test_train_out_beside_the_shards_with_a_common_prefix_works(tree):
+    out = tree.parent / (tree.name + "-models") / "m"
+    result = _run("train", "--shards", tree / "shards", "--collection", TILE, "--out", out, "--epochs", "0",
+                  "--no-validate", "-q")
+    assert result.exit_code == 0, result.output
+    assert Path(f"{out}.npz").is_file() and Path(f"{out}.json").is_file()
+    assert np.load(f"{out}.npz", allow_pickle=False) is not None
