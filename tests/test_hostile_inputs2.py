@@ -343,7 +343,9 @@ def test_a_tile_file_beyond_the_node_limit_is_refused_in_the_build_and_in_verify
     assert "node_feat" in verified.output and "exceeds the limit of 10,000" in verified.output
     assert _run("verify", "--src", str(src), "--dst", str(raised), "-q", env=scale).exit_code == 0
     bad = _run("build", "--src", str(src), "--dst", str(tmp_path / "x"), env={"TPUPREP_INPUT_LIMIT_SCALE": "-1"})
-    assert bad.exit_code == 2 and "TPUPREP_INPUT_LIMIT_SCALE='-1' is not a positive number" in bad.output
+    assert bad.exit_code == 2 and bad.output.splitlines()[-1] == \
+        "error: TPUPREP_INPUT_LIMIT_SCALE='-1' is not a positive number (it multiplies every input limit)"
+    assert not (tmp_path / "x").exists()  # refused before anything was written
 
 
 def test_a_member_read_whole_that_inflates_beyond_the_ratio_bound_is_refused(tmp_path):

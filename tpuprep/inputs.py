@@ -23,6 +23,7 @@ from typing import BinaryIO
 from .errors import BadInput, FatalError, UsageError
 from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
 from .io.storage import Store, resolve, scheme_of
+from .limits import scale as limit_scale
 from .readgraph import GraphArrays, read_graph  # noqa: F401 (re-exported for the converter)
 from .tpugraphs import (
     COLLECTIONS,
@@ -414,6 +415,7 @@ def discover(
     refusal; ``src`` itself unlistable is a FatalError.
     """
     check_assignment(collection, split, collections, splits)
+    limit_scale()  # a bad TPUPREP_INPUT_LIMIT_SCALE is a usage error before anything is read
     if collection is not None and split is not None:
         return _discover_assigned(src, collection, split, storage_options, skipped)
     wanted = list(collections or [])
