@@ -426,7 +426,7 @@ def test_files_that_are_not_read_are_counted_and_listed_as_skipped(tmp_path):
     assert "5 converted, 0 reused, 0 quarantined, 3 skipped in " in result.output
     assert "skipped: more.tar.gz: a compressed tar archive; only uncompressed .tar archives are read in place" \
         in result.output
-    assert "skipped 1: its name ends in '.NPZ', not '.npz'" in result.output
+    assert "skipped 1 (e.g. tile/xla/train/t9.NPZ): its name ends in '.NPZ', not '.npz'" in result.output
     assert "skipped: tile/xla/train/t9.NPZ: its name ends in '.NPZ'" in (tmp_path / "log").read_text()
     dry = _run("build", "--src", str(src), "--dst", str(tmp_path / "s3"), "--dry-run")
     assert "would convert 5 files; 0 refused, 3 skipped" in dry.output

@@ -395,11 +395,11 @@ def _skipped_note(skipped: list[dict]) -> str:
 
 
 def skipped_lines(skipped: list[dict]) -> list[str]:
-    """What was skipped, grouped by reason: ``skipped 2: a compressed tar archive; ... (e.g. x.tar.gz)``."""
+    """What was skipped, grouped by reason: ``skipped 2 (e.g. x.tar.gz): a compressed tar archive; ...``."""
     groups: dict[str, list[str]] = {}
     for r in skipped:
         groups.setdefault(r["reason"], []).append(r["path"])
-    return [f"skipped {len(paths)}: {reason} (e.g. {paths[0]})" for reason, paths in sorted(groups.items())]
+    return [f"skipped {len(paths)} (e.g. {paths[0]}): {reason}" for reason, paths in sorted(groups.items())]
 
 
 def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str | Path,
