@@ -232,14 +232,17 @@ def test_an_unlistable_src_is_fatal_in_one_line(tmp_path, monkeypatch):
     assert result.output.strip().splitlines()[-1] == f"error: --src {src}: cannot be listed: Permission denied"
 
 
-def test_a_dangling_symlink_where_a_folder_is_expected_is_refused(tmp_path):
+def test_a_dangling_symlink_or_a_file_where_a_folder_is_expected_is_not_silent(tmp_path):
     src = _tree(tmp_path / "npz")
     (src / "tile" / "xla" / "valid").symlink_to(tmp_path / "gone")
+    (src / "layout" / "xla" / "random" / "test").write_bytes(b"not a folder")
     dst = tmp_path / "shards"
-    result = _run("build", "--src", str(src), "--dst", str(dst), "-q")
+    result = _run("build", "--src", str(src), "--dst", str(dst), "--json")
     assert result.exit_code == 3, result.output
     [q] = _quarantine(dst)
     assert q["file"] == "tile/xla/valid" and "dangling symbolic link" in q["error"]
+    assert json.loads(result.stdout)["skipped"] == [{"path": "layout/xla/random/test",
+                                                     "reason": "neither an .npz file nor a .tar archive"}]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),

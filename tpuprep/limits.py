@@ -2,8 +2,8 @@
 and the ``.npy`` headers before any member is read (issue #27: a 1.1 MB tile file of zeros that
 declared 1.5 M nodes and 20 M edges peaked at 4.3 GB).
 
-The limits are the dataset's published maxima (``docs/inputs.md``; TpuGraphs: layout n ≤ 43,615,
-nc ≤ 3,143, c ≤ 100,040, the largest ``node_config_feat`` inflating to ≈ 2.6 GB; tile n ≈ 2..100,
+The limits are the dataset's published maxima (TpuGraphs: layout n ≤ 43,615,
+nc ≤ 3,143, c ≤ 100,040, so ``node_config_feat`` ≤ c × nc × 18 × 4 ≈ 22.6 GB; tile n ≈ 2..100,
 c ≤ ≈ 7,000) with headroom, per kind of file:
 
 ==================================  ===========  ===========
@@ -13,7 +13,7 @@ nodes (node_feat rows)              700,000      10,000
 edges (edge_index rows)             2,800,000    40,000
 configs (config_runtime rows)       1,000,000    200,000
 configurable nodes (nc)             50,000       —
-node_config_feat inflated bytes     8 GiB        —
+node_config_feat inflated bytes     32 GiB       —
 any member read whole, bytes        512 MiB      512 MiB
 inflated ÷ compressed, read whole   400          400
 ==================================  ===========  ===========
@@ -24,7 +24,8 @@ also must not claim more than DEFLATE can produce (``DEFLATE_MAX_RATIO``).
 
 The environment variable ``TPUPREP_INPUT_LIMIT_SCALE`` (a positive number, default 1) multiplies
 every limit (the ratio up to ``DEFLATE_MAX_RATIO``): set it for the build and for ``verify`` (on
-every Dask worker too) to read files larger than the published dataset's.
+every Dask worker too) to read files larger than the published dataset's. Users read this in
+docs/cli.md ("Input limits").
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class InputLimits:
 
 LIMITS = {
     "layout": InputLimits(nodes=700_000, edges=2_800_000, configs=1_000_000, config_nodes=50_000,
-                          config_bytes=8 << 30, whole_bytes=512 << 20, ratio=400.0,
+                          config_bytes=32 << 30, whole_bytes=512 << 20, ratio=400.0,
                           published="n ≤ 43,615, nc ≤ 3,143, c ≤ 100,040"),
     "tile": InputLimits(nodes=10_000, edges=40_000, configs=200_000, config_nodes=None, config_bytes=None,
                         whole_bytes=512 << 20, ratio=400.0, published="n ≈ 2..100, c ≤ ≈ 7,000"),
