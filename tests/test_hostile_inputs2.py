@@ -445,3 +445,20 @@ def test_non_npz_archive_members_are_skipped_with_a_word(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["skipped"] == [{"path": "t.tar!tile/xla/train/notes.txt",
                                                      "reason": "not a .npz member"}]
+
+
+def test_a_refused_member_replaced_by_a_later_regular_copy_is_read_and_named_right(tmp_path):
+    """tar -x leaves the later regular file; the older link is reported as a skipped copy, named by its
+    member even when the archive's own name holds a ``!``."""
+    write(tmp_path / "f", "tile/xla/train/a.npz", tile_arrays(4))
+    tar = tmp_path / "odd!name.tar"
+    with tarfile.open(tar, "w") as tf:
+        link = tarfile.TarInfo("tile/xla/train/a.npz")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tf.addfile(link)
+        tf.add(tmp_path / "f" / "tile/xla/train/a.npz", arcname="tile/xla/train/a.npz")
+    result = _run("build", "--src", str(tar), "--dst", str(tmp_path / "s"), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["converted"] == 1 and doc["quarantined"] == []
+    assert [s["path"] for s in doc["skipped"]] == ["odd!name.tar!tile/xla/train/a.npz"]

@@ -124,7 +124,7 @@ def index_tar(fh: BinaryIO, display: str, archive_size: int, suffix: str = ".npz
             key = member_key(info.name)
             older = latest.pop(key, None)
             if older is not None and skipped is not None:
-                name = older.name if isinstance(older, TarMember) else older.path.split("!", 1)[-1]
+                name = older.name if isinstance(older, TarMember) else older.path[len(display) + 1 :]
                 skipped.append(Skipped(f"{display}!{name}", f"an older copy: a later member of the archive "
                                        f"({info.name}) replaces it, as with tar -x"))
             latest[key] = BadInput(where, None, problem) if problem else \
