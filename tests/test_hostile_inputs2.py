@@ -462,3 +462,23 @@ def test_a_refused_member_replaced_by_a_later_regular_copy_is_read_and_named_rig
     doc = json.loads(result.stdout)
     assert doc["converted"] == 1 and doc["quarantined"] == []
     assert [s["path"] for s in doc["skipped"]] == ["odd!name.tar!tile/xla/train/a.npz"]
+
+
+def test_the_independent_zip_check_reads_zip64_records(monkeypatch):
+    """numpy writes zip64 local headers always, and zip64 directory entries and end records for big
+    files; shrink zipfile's limits so a small file gets all of them."""
+    from tpuprep.inputcheck import zip_problems
+
+    monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 100)
+    monkeypatch.setattr(zipfile, "ZIP_FILECOUNT_LIMIT", 1)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, a=np.arange(1000), b=np.ones((50, 3)))
+    monkeypatch.undo()
+    data = buf.getvalue()
+    assert b"PK\x06\x06" in data and b"PK\x06\x07" in data  # the zip64 end record and its locator
+    assert zip_problems(io.BytesIO(data), len(data)) == []
+    assert NpzFile("z.npz", io.BytesIO(data)).read("a").tolist() == list(range(1000))
+    start, _ = _data_start(data, "b.npy")
+    broken = bytearray(data)
+    broken[start + 5] ^= 0x55
+    assert [p.split(":")[0] for p in zip_problems(io.BytesIO(bytes(broken)), len(data))] == ["b.npy"]
