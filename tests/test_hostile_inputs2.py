@@ -482,3 +482,23 @@ def test_the_independent_zip_check_reads_zip64_records(monkeypatch):
     broken = bytearray(data)
     broken[start + 5] ^= 0x55
     assert [p.split(":")[0] for p in zip_problems(io.BytesIO(bytes(broken)), len(data))] == ["b.npy"]
+
+
+def test_a_file_that_cannot_be_examined_is_refused_not_a_crash(tmp_path, monkeypatch):
+    """A folder readable but not searchable (``chmod 644``) lists its names, but ``lstat`` of each
+    fails with EACCES for a non-root user: one refusal per file, the build goes on."""
+    src = _tree(tmp_path / "npz")
+    hidden = src / "tile" / "xla" / "train" / "t1.npz"
+    real = Path.lstat
+
+    def lstat(self):
+        if self == hidden:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    dst = tmp_path / "shards"
+    result = _run("build", "--src", str(src), "--dst", str(dst), "-q")
+    assert result.exit_code == 3, result.output
+    assert [(q["file"], q["error"]) for q in _quarantine(dst)] == \
+        [("tile/xla/train/t1.npz", "cannot be examined: Permission denied")]

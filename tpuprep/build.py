@@ -434,7 +434,10 @@ def _refused_record(exc: BadInput, src: Path | str) -> dict:
     except ValueError:
         # --src is the archive: <archive name>!<member>
         rel = str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
-    size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    try:
+        size = path.lstat().st_size
+    except OSError:  # gone, or not even examinable (EACCES): the record says 0 bytes
+        size = 0
     return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
 
