@@ -502,3 +502,19 @@ def test_a_file_that_cannot_be_examined_is_refused_not_a_crash(tmp_path, monkeyp
     assert result.exit_code == 3, result.output
     assert [(q["file"], q["error"]) for q in _quarantine(dst)] == \
         [("tile/xla/train/t1.npz", "cannot be examined: Permission denied")]
+
+
+def test_objects_that_are_not_read_in_a_bucket_are_listed_as_skipped(bucket, tmp_path):
+    from s3server import upload_folder
+
+    src = tmp_path / "npz"
+    write(src, "tile/xla/train/t0.npz", tile_arrays(0))
+    shutil.copy(src / "tile/xla/train/t0.npz", src / "tile/xla/train/t1.NPZ")
+    (src / "notes.txt").write_text("x")
+    url = upload_folder(src, f"{bucket}/npz")
+    result = _run("build", "--src", url, "--dst", str(tmp_path / "s"), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["converted"] == 1
+    assert sorted((s["path"], s["reason"][:24]) for s in doc["skipped"]) == [
+        ("notes.txt", "neither an .npz file nor"), ("tile/xla/train/t1.NPZ", "its name ends in '.NPZ',")]
