@@ -79,6 +79,7 @@ class BuildReport:
     records: list[dict] = field(default_factory=list)
     dry_run: bool = False
     reused: frozenset[str] = frozenset()
+    skipped: list[dict] = field(default_factory=list)  # {"path", "reason"}: not read, not refused (inputs.skip_reason)
 
     @property
     def quarantined(self) -> list[dict]:
@@ -433,7 +434,10 @@ def _refused_record(exc: BadInput, src: Path | str) -> dict:
     except ValueError:
         # --src is the archive: <archive name>!<member>
         rel = str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
-    size = path.lstat().st_size if path.exists() or path.is_symlink() else 0
+    try:
+        size = path.lstat().st_size
+    except OSError:  # gone, or not even examinable (EACCES): the record says 0 bytes
+        size = 0
     return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
 
@@ -486,8 +490,12 @@ def build(
     check_selection(collections, splits)
     check_assignment(collection, split, collections, splits)
     notify = progress or (lambda event, info: None)
+    passed_over: list = []
     inputs, refused = discover(src, collections, splits, src_storage_options, collection=collection,
-                               split=split)
+                               split=split, skipped=passed_over)
+    skipped = [{"path": _refused_record(BadInput(e.path, None, e.reason), src)["path"], "reason": e.reason}
+               for e in passed_over]
+    notify("skipped", {"skipped": skipped})
     if not inputs:
         _no_inputs(src, collections, splits, refused, src_storage_options, assigned=collection is not None)
     if collection is not None and split is not None:
@@ -495,16 +503,17 @@ def build(
     refused_records = [_refused_record(e, src) for e in refused]
     plan = _Plan(src, opts, inputs, refused_records, runner, notify)
     if store is not None:
-        return _build_to_store(plan, store, collections, splits, resume=resume, overwrite=overwrite,
-                               dry_run=dry_run)
+        return dataclasses.replace(_build_to_store(plan, store, collections, splits, resume=resume,
+                                                   overwrite=overwrite, dry_run=dry_run), skipped=skipped)
     inspect_destination(dst, resume, overwrite, collections, splits)
     if dry_run:
-        return plan.dry_run()
+        return dataclasses.replace(plan.dry_run(), skipped=skipped)
     dst.mkdir(parents=True, exist_ok=True)
     with DestinationLock.acquire(dst):
         contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
         _prepare_destination(dst, contents, resume, overwrite)
-        return _build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify)
+        return dataclasses.replace(_build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify),
+                                   skipped=skipped)
 
 
 @contextlib.contextmanager

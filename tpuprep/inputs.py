@@ -20,20 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import numpy as np
-
 from .errors import BadInput, FatalError, UsageError
-from .io.archive import MemberView, TarMember, index_tar, is_archive_name
-from .io.npz import Member, NpzFile
+from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
 from .io.storage import Store, resolve, scheme_of
+from .limits import scale as limit_scale
+from .readgraph import GraphArrays, read_graph  # noqa: F401 (re-exported for the converter)
 from .tpugraphs import (
     COLLECTIONS,
-    LAYOUT_KEYS,
-    LAYOUT_SLOTS,
-    NODE_FEATURES,
     SPLITS,
-    TILE_CONFIG_FEATURES,
-    TILE_KEYS,
     classify,
     collection_kind,
     collection_path,
@@ -42,15 +36,6 @@ from .tpugraphs import (
     selected,
     unselected,
 )
-
-# sanity bounds far above the real maxima (n 43,615, nc 3,143, c 100,040): a header that claims more
-# is rejected before anything is allocated
-MAX_NODES = 50_000_000
-MAX_EDGES = 200_000_000
-MAX_CONFIGS = 50_000_000
-MAX_CONFIG_NODES = 1_000_000
-MAX_WHOLE_MEMBER_BYTES = 4 << 30
-DEFLATE_MAX_RATIO = 1100  # DEFLATE cannot exceed ~1032:1
 
 
 @dataclass(frozen=True)
@@ -162,6 +147,26 @@ def open_input(path: Path) -> tuple[BinaryIO, os.stat_result]:
         raise
 
 
+class Unlisted(BadInput):
+    """A folder under ``--src`` that cannot be listed (permission denied, an I/O error, gone while the
+    source was listed): whatever it holds is not read, so it is refused (a quarantine record, exit 3)
+    and ``verify`` reports it rather than checking less than the build holds."""
+
+
+COMPRESSED_TAR = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tar.lz4")
+
+
+def skip_reason(name: str) -> str:
+    """Why a file named ``name`` (neither ``*.npz`` nor ``*.tar``) under ``--src`` is not read."""
+    lower = name.lower()
+    if lower.endswith(".npz"):
+        return f"its name ends in {name[-4:]!r}, not '.npz' (names are case-sensitive); rename it to read it"
+    if lower.endswith(COMPRESSED_TAR):
+        return ("a compressed tar archive; only uncompressed .tar archives are read in place "
+                "(decompress it first, e.g. gunzip)")
+    return "neither an .npz file nor a .tar archive"
+
+
 class Unplaced(BadInput):
     """A ``*.npz`` file whose path does not say its collection and split (it lies outside a TpuGraphs
     tree); ``--collection``/``--split`` can say them instead."""
@@ -201,10 +206,12 @@ class _Entry:
     origin: Origin | None = None
 
 
-def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin) -> tuple[list[_Entry], list[BadInput]]:
-    """The npz members of the tar archive open in ``fh`` (``origin``: the archive, no member yet)."""
+def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin,
+                     skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
+    """The npz members of the tar archive open in ``fh`` (``origin``: the archive, no member yet);
+    other members and superseded copies are appended to ``skipped``."""
     try:
-        members, refused = index_tar(fh, display, size)
+        members, refused = index_tar(fh, display, size, skipped=skipped)
     except BadInput as exc:
         return [], [exc]
     return [_member_entry(m, display, origin) for m in members], refused
@@ -216,7 +223,7 @@ def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
                          origin.storage_options))
 
 
-def _local_archive(path: Path, archive: str) -> tuple[list[_Entry], list[BadInput]]:
+def _local_archive(path: Path, archive: str, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
     """Index a local tar archive (opened without following a link; headers only)."""
     try:
         fh, st = open_input(path)
@@ -224,16 +231,39 @@ def _local_archive(path: Path, archive: str) -> tuple[list[_Entry], list[BadInpu
         return [], [exc]
     with fh:
         origin = Origin(str(path), version=f"{st.st_size}:{st.st_mtime_ns}", archive=archive)
-        return _archive_entries(fh, str(path), st.st_size, origin)
+        return _archive_entries(fh, str(path), st.st_size, origin, skipped)
 
 
-def _local_entries(root: Path) -> tuple[list[_Entry], list[BadInput]]:
+def _unlisted(root: Path, refused: list[BadInput]) -> Callable[[OSError], None]:
+    """``os.walk``'s error handler: a folder that cannot be listed is refused (``Unlisted``); ``root``
+    itself is a FatalError (nothing of --src could be read)."""
+    def failed(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename is not None else root
+        why = exc.strerror or type(exc).__name__
+        if where == root:
+            raise FatalError(f"--src {root}: cannot be listed: {why}") from None
+        refused.append(Unlisted(where, None, f"folder cannot be listed ({why}); the files in it are not read"))
+    return failed
+
+
+def _dangling(path: Path) -> str | None:
+    """Where the symbolic link ``path`` points when its target does not exist, else None."""
+    try:
+        path.stat()
+    except OSError:
+        return os.readlink(path)
+    return None
+
+
+def _local_entries(root: Path, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
     """Every ``*.npz`` and ``*.tar`` at or under ``root``, a local folder or one file (links never
-    followed, nothing opened but the archives, whose headers are indexed)."""
+    followed, nothing opened but the archives, whose headers are indexed). A folder that cannot be
+    listed and a dangling link are refused; files of other names are appended to ``skipped``."""
     entries: list[_Entry] = []
     refused: list[BadInput] = []
     walk: Iterable[tuple[str, list[str], list[str]]] = (
-        os.walk(root, followlinks=False) if root.is_dir() else [(str(root.parent), [], [root.name])])
+        os.walk(root, onerror=_unlisted(root, refused), followlinks=False) if root.is_dir()
+        else [(str(root.parent), [], [root.name])])
     for dirpath, dirnames, filenames in walk:
         here = Path(dirpath)
         for d in sorted(dirnames):
@@ -242,13 +272,22 @@ def _local_entries(root: Path) -> tuple[list[_Entry], list[BadInput]]:
         dirnames.sort()
         for name in sorted(filenames):
             archive = is_archive_name(name)
-            if not (name.endswith(".npz") or archive):
-                continue
             path = here / name
+            if not (name.endswith(".npz") or archive):
+                target = _dangling(path) if path.is_symlink() else None
+                if target is not None:
+                    refused.append(BadInput(path, None, f"is a dangling symbolic link (to {target}); what "
+                                            "it stood for (a file or a folder) is not read"))
+                else:
+                    skipped.append(Skipped(str(path), skip_reason(name)))
+                continue
             try:
                 st = path.lstat()
             except FileNotFoundError:
                 refused.append(BadInput(path, None, "vanished while the source was listed"))
+                continue
+            except OSError as exc:
+                refused.append(BadInput(path, None, f"cannot be examined: {exc.strerror or exc}"))
                 continue
             if stat.S_ISLNK(st.st_mode):
                 refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
@@ -257,7 +296,8 @@ def _local_entries(root: Path) -> tuple[list[_Entry], list[BadInput]]:
                 refused.append(BadInput(path, None, _not_regular(st.st_mode)))
                 continue
             if archive:
-                found, bad = _local_archive(path, path.name if path == root else path.relative_to(root).as_posix())
+                found, bad = _local_archive(path, path.name if path == root else path.relative_to(root).as_posix(),
+                                            skipped)
                 entries += found
                 refused += bad
             else:
@@ -292,9 +332,10 @@ def _version(meta: dict) -> str:
     return ""
 
 
-def _remote_entries(store: Store, storage_options: dict | None) -> tuple[list[_Entry], list[BadInput]]:
+def _remote_entries(store: Store, storage_options: dict | None,
+                    skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
     """Every ``*.npz`` and ``*.tar`` object at or under ``store.root`` (archives indexed by ranged
-    reads of their headers)."""
+    reads of their headers); objects of other names are appended to ``skipped``."""
     fs = store.fs
     try:
         meta = fs.info(store.root)
@@ -318,26 +359,32 @@ def _remote_entries(store: Store, storage_options: dict | None) -> tuple[list[_E
             origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options)
             try:
                 with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
-                    found, bad = _archive_entries(fh, url, int(meta["size"]), origin)
+                    found, bad = _archive_entries(fh, url, int(meta["size"]), origin, skipped)
             except Exception as exc:  # as above
                 raise _remote_failure(store, exc) from None
             entries += found
             refused += bad
         elif single:
             raise UsageError(f"--src {store.display} is neither a folder nor a tar archive")
+        elif meta.get("type") != "directory" and not key.endswith("/"):
+            skipped.append(Skipped(url, skip_reason(name)))
     return entries, refused
 
 
-def list_source(src: str | Path, storage_options: dict | None = None) -> tuple[list[_Entry], list[BadInput]]:
-    """What ``src`` holds (a local folder or tar archive, or a URL of either), not yet classified."""
+def list_source(src: str | Path, storage_options: dict | None = None,
+                skipped: list[Skipped] | None = None) -> tuple[list[_Entry], list[BadInput]]:
+    """What ``src`` holds (a local folder or tar archive, or a URL of either), not yet classified.
+    ``skipped``: when given, what is not read (other file names, superseded archive members) and why
+    is appended to it."""
+    skipped = [] if skipped is None else skipped
     if scheme_of(src) not in (None, "file"):
-        return _remote_entries(resolve(src, storage_options, what="--src"), storage_options)
+        return _remote_entries(resolve(src, storage_options, what="--src"), storage_options, skipped)
     root = Path(resolve(src).root).resolve()
     if not root.exists():
         raise FileNotFoundError(f"--src {src} does not exist")
     if not root.is_dir() and not root.name.endswith(".npz") and not is_archive_name(root.name):
         raise FileNotFoundError(f"--src {src} is neither a folder, an .npz file nor a tar archive")
-    return _local_entries(root)
+    return _local_entries(root, skipped)
 
 
 def discover(
@@ -348,6 +395,7 @@ def discover(
     *,
     collection: str | None = None,
     split: str | None = None,
+    skipped: list[Skipped] | None = None,
 ) -> tuple[list[InputFile], list[BadInput]]:
     """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
     and other non-regular files, bad names, unknown places — an ``Unplaced`` — and graph-id clashes).
@@ -360,10 +408,16 @@ def discover(
     a plain local file or a flat folder, local or in a store: its ``.npz`` files (those directly in it;
     one in a subfolder or an archive is refused) belong to that collection and split, and their ``relpath`` is the one they
     would have in the tree. UsageError when ``src`` is a tree after all (its paths already say them).
+
+    ``skipped``: when given, every entry passed over without a refusal (a file of another name such as
+    ``*.NPZ`` or ``*.tar.gz``, a non-npz archive member, an archive member superseded by a later copy)
+    is appended as a ``Skipped`` (path, reason). A folder that cannot be listed is an ``Unlisted``
+    refusal; ``src`` itself unlistable is a FatalError.
     """
     check_assignment(collection, split, collections, splits)
+    limit_scale()  # a bad TPUPREP_INPUT_LIMIT_SCALE is a usage error before anything is read
     if collection is not None and split is not None:
-        return _discover_assigned(src, collection, split, storage_options)
+        return _discover_assigned(src, collection, split, storage_options, skipped)
     wanted = list(collections or [])
     split_set = set(splits or SPLITS)
 
@@ -374,13 +428,13 @@ def discover(
             return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}")
         return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
 
-    return _collect(src, storage_options, place)
+    return _collect(src, storage_options, place, list_source(src, storage_options, skipped))
 
 
-def _discover_assigned(src: str | Path, collection: str, split: str, storage_options: dict | None
-                       ) -> tuple[list[InputFile], list[BadInput]]:
+def _discover_assigned(src: str | Path, collection: str, split: str, storage_options: dict | None,
+                       skipped: list[Skipped] | None = None) -> tuple[list[InputFile], list[BadInput]]:
     """``discover`` for a plain file or flat folder whose files are all ``collection``/``split``."""
-    listing = list_source(src, storage_options)
+    listing = list_source(src, storage_options, skipped)
     for e in listing[0]:
         try:
             _, in_coll, in_split, relpath = classify(e.parts)
@@ -501,146 +555,3 @@ def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
         return stamp
     st = os.fstat((fh.archive if isinstance(fh, MemberView) else fh).fileno())
     return [stamp[0] if isinstance(fh, MemberView) else st.st_size, st.st_mtime_ns]
-
-
-# --------------------------------------------------------------------------- reading one graph
-
-
-@dataclass
-class GraphArrays:
-    """The small members of one input graph, validated, in canonical dtypes.
-
-    node_feat (n, 140) float32; node_opcode (n,) uint8; edge_index (m, 2) int64;
-    node_config_ids (nc,) int64 and node_splits (s,) int64 (layout, else None);
-    config_runtime (c,) int64 ns; config_feat (c, 24) float32 and config_runtime_normalizers (c,) int64
-    (tile, else None); num_configs c; warnings: non-fatal remarks (e.g. unknown extra keys).
-    """
-
-    node_feat: np.ndarray
-    node_opcode: np.ndarray
-    edge_index: np.ndarray
-    config_runtime: np.ndarray
-    num_configs: int
-    node_config_ids: np.ndarray | None = None
-    node_splits: np.ndarray | None = None
-    config_feat: np.ndarray | None = None
-    config_runtime_normalizers: np.ndarray | None = None
-    warnings: list[str] = field(default_factory=list)
-
-
-def _member(f: NpzFile, key: str) -> Member:
-    return f.members[key]
-
-
-def _check_kind(f: NpzFile, key: str, kinds: str, what: str) -> Member:
-    m = _member(f, key)
-    if m.dtype.kind not in kinds:
-        raise BadInput(f.path, key, f"dtype {m.dtype} is not {what}")
-    return m
-
-
-def _read_small(f: NpzFile, key: str) -> np.ndarray:
-    m = _member(f, key)
-    if m.nbytes > MAX_WHOLE_MEMBER_BYTES:
-        raise BadInput(f.path, key, f"member of {m.nbytes} bytes is implausibly large")
-    return f.read(key)
-
-
-def _check_ratio(f: NpzFile) -> None:
-    for key, m in f.members.items():
-        if m.compress_type and m.file_size > DEFLATE_MAX_RATIO * m.compress_size + (1 << 20):
-            raise BadInput(f.path, key, "declared size is impossible for its compressed size (zip bomb?)")
-
-
-def _as_int(f: NpzFile, key: str, arr: np.ndarray, lo: int, hi: int, dtype) -> np.ndarray:
-    if arr.size and (arr.min() < lo or arr.max() > hi):
-        bad = arr[(arr < lo) | (arr > hi)].reshape(-1)[0]
-        raise BadInput(f.path, key, f"value {bad} out of range {lo}..{hi}")
-    return arr.astype(dtype, copy=False)
-
-
-def _count(f: NpzFile, key: str, count: int, limit: int, what: str, empty: str) -> int:
-    """``count`` (rows of ``key``) if it is neither 0 (``empty``: the problem) nor above ``limit``."""
-    if count == 0:
-        raise BadInput(f.path, key, empty)
-    if count > limit:
-        raise BadInput(f.path, key, f"{count} {what} is implausibly many")
-    return count
-
-
-def _finite(f: NpzFile, key: str, arr: np.ndarray) -> np.ndarray:
-    if not np.isfinite(arr).all():
-        idx = np.argwhere(~np.isfinite(arr))[0]
-        raise BadInput(f.path, key, f"non-finite value {arr[tuple(idx)]} at index {tuple(int(i) for i in idx)}")
-    return arr
-
-
-def read_graph(f: NpzFile, inp: InputFile) -> GraphArrays:
-    """Read and validate everything but the big config member of a layout or tile file."""
-    layout = inp.kind == "layout"
-    required = LAYOUT_KEYS if layout else TILE_KEYS
-    missing = [k for k in required if k not in f.members]
-    if missing:
-        raise BadInput(f.path, missing[0], "required key is missing"
-                       + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
-    warnings = [f"unknown key {k!r} ignored" for k in f.members if k not in required]
-    _check_ratio(f)
-
-    nf = _check_kind(f, "node_feat", "f", "floating point")
-    if len(nf.shape) != 2 or nf.shape[1] != NODE_FEATURES:
-        raise BadInput(f.path, "node_feat", f"shape {nf.shape}, expected (n, {NODE_FEATURES})")
-    n = _count(f, "node_feat", nf.shape[0], MAX_NODES, "nodes", "the graph has no nodes")
-    op = _check_kind(f, "node_opcode", "iu", "an integer type")
-    if op.shape != (n,):
-        raise BadInput(f.path, "node_opcode", f"shape {op.shape}, expected ({n},) to match node_feat")
-    ei = _check_kind(f, "edge_index", "iu", "an integer type")
-    if not (len(ei.shape) == 2 and ei.shape[1] == 2) and ei.shape != (0,):
-        raise BadInput(f.path, "edge_index", f"shape {ei.shape}, expected (m, 2)")
-    if ei.shape[0] > MAX_EDGES:
-        raise BadInput(f.path, "edge_index", f"{ei.shape[0]} edges is implausibly many")
-    rt = _check_kind(f, "config_runtime", "iu", "an integer type (runtimes are int64 ns)")
-    if len(rt.shape) != 1:
-        raise BadInput(f.path, "config_runtime", f"shape {rt.shape}, expected (c,)")
-    c = _count(f, "config_runtime", rt.shape[0], MAX_CONFIGS, "configurations", "the file has no configurations")
-
-    node_feat = _finite(f, "node_feat", _read_small(f, "node_feat").astype(np.float32, copy=False))
-    node_opcode = _as_int(f, "node_opcode", _read_small(f, "node_opcode"), 0, 255, np.uint8)
-    edge_index = _as_int(f, "edge_index", _read_small(f, "edge_index").reshape(-1, 2), 0, n - 1, np.int64)
-    runtime = _as_int(f, "config_runtime", _read_small(f, "config_runtime"), 0, np.iinfo(np.int64).max, np.int64)
-    g = GraphArrays(node_feat, node_opcode, edge_index, runtime, c, warnings=warnings)
-
-    if layout:
-        ncf = _check_kind(f, "node_config_feat", "fiu", "numeric")
-        ids = _check_kind(f, "node_config_ids", "iu", "an integer type")
-        if len(ids.shape) != 1 or ids.shape[0] == 0:
-            raise BadInput(f.path, "node_config_ids", f"shape {ids.shape}, expected (nc,) with nc >= 1")
-        nc = ids.shape[0]
-        if nc > MAX_CONFIG_NODES:
-            raise BadInput(f.path, "node_config_ids", f"{nc} configurable nodes is implausibly many")
-        if ncf.shape != (c, nc, LAYOUT_SLOTS):
-            raise BadInput(f.path, "node_config_feat",
-                           f"shape {ncf.shape}, expected (c, nc, 18) = ({c}, {nc}, 18) from config_runtime and node_config_ids")
-        sp = _check_kind(f, "node_splits", "iu", "an integer type")
-        if len(sp.shape) not in (1, 2) or (len(sp.shape) == 2 and sp.shape[0] != 1):
-            raise BadInput(f.path, "node_splits", f"shape {sp.shape}, expected (1, s) or (s,)")
-        g.node_config_ids = _as_int(f, "node_config_ids", _read_small(f, "node_config_ids"), 0, n - 1, np.int64)
-        if nc > 1 and not (np.diff(g.node_config_ids) > 0).all():
-            i = int(np.argmin(np.diff(g.node_config_ids) > 0))
-            raise BadInput(f.path, "node_config_ids",
-                           f"not strictly increasing at position {i + 1} ({g.node_config_ids[i]} then {g.node_config_ids[i + 1]})")
-        g.node_splits = _as_int(f, "node_splits", _read_small(f, "node_splits").reshape(-1), 0, n, np.int64)
-        if (np.diff(g.node_splits) < 0).any():
-            raise BadInput(f.path, "node_splits", "boundaries are not in ascending order")
-    else:
-        cf = _check_kind(f, "config_feat", "fiu", "numeric")
-        if cf.shape != (c, TILE_CONFIG_FEATURES):
-            raise BadInput(f.path, "config_feat", f"shape {cf.shape}, expected (c, 24) = ({c}, 24)")
-        nz = _check_kind(f, "config_runtime_normalizers", "iu", "an integer type")
-        if nz.shape != (c,):
-            raise BadInput(f.path, "config_runtime_normalizers", f"shape {nz.shape}, expected ({c},)")
-        g.config_feat = _finite(f, "config_feat", _read_small(f, "config_feat").astype(np.float32, copy=False))
-        lowest = 0 if inp.split == "test" else 1
-        g.config_runtime_normalizers = _as_int(
-            f, "config_runtime_normalizers", _read_small(f, "config_runtime_normalizers"),
-            lowest, np.iinfo(np.int64).max, np.int64)
-    return g

@@ -13,6 +13,10 @@ a kernel bug cannot hide behind itself. What is checked:
   rows hold exactly the manifest's converted graphs of that collection and split (each once, sorted);
   ``configs`` rows are sorted by ``(graph_id, config_id)`` with ``config_id`` = 0..c_u−1 per graph and
   each graph's rows in one shard;
+- every folder under ``--src`` listed (one that cannot be is a problem: its inputs would go unchecked);
+  every input's zip structure read independently of the build's reader (``inputcheck``: the end
+  record ends the file or archive member exactly, sizes and CRC-32 of every member as the zip
+  directory declares); its declared shapes within the input limits (``limits.py``);
 - per graph, against its input file: the kept node set and edge set (NumPy breadth-first search);
   ``node_feat`` rows re-padded exactly by the docs/spec.md §2.2 rule (or untouched with ``--no-repad``),
   opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed)
@@ -53,9 +57,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import BadInput, BadShards
+from .inputcheck import listing_problems, member_problems
 from .inputs import InputFile, discover, open_source
 from .io.files import sha256_stream
 from .io.npz import NpzFile
+from .limits import check_input_limits
 from .shards.layout import MANIFEST
 from .shards.manifest import COUNT_FIELDS, validate_schema
 from .shards.parquet import check_shard_schema, read_row_group, read_row_groups
@@ -292,6 +298,7 @@ def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, pr
     gid = graph_id
     layout = g.kind == "layout"
     with NpzFile(path, fh) as f:
+        check_input_limits(f, g.kind)  # from the headers, before anything is read
         feat = f.read("node_feat").astype(np.float32)
         n = len(feat)
         opcode = f.read("node_opcode")
@@ -634,6 +641,7 @@ def verify_input(ds: Dataset | str, inp: InputFile, entry: dict,
         sha = sha256_stream(fh)[0]
         if sha != entry["sha256"]:
             return [f"{inp.relpath}: input changed since the build (sha256 differs)"], None, False
+        problems += member_problems(inp, fh)  # the zip itself, not through the build's reader
         moments = None
         try:
             # a layout graph's configs are streamed by verify_graph, never loaded whole
@@ -701,7 +709,8 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     if problem:
         report.problems.append(problem)
     _check_shards(ds, report)
-    inputs, _ = discover(src, collections, splits, collection=collection, split=split)
+    inputs, refused = discover(src, collections, splits, collection=collection, split=split)
+    report.problems += listing_problems(refused)
     if collection is not None and split is not None:
         collections, splits = [collection], [split]
     listed = {i["path"]: i for i in ds.manifest["inputs"]}

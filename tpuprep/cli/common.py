@@ -175,7 +175,12 @@ class Progress:
         self.lines = not quiet and not sys.stderr.isatty()  # periodic lines on stderr
 
     def __call__(self, event: str, info: dict) -> None:
-        if event == "discovered":
+        if event == "skipped":  # files not read and why: in the log file, and on stderr with -v
+            for r in info["skipped"]:
+                log(f"skipped: {r['path']}: {r['reason']}")
+                if self.verbose:
+                    click.echo(f"skipped: {r['path']}: {r['reason']}", err=True)
+        elif event == "discovered":
             for r in info["refused"]:
                 self._bad(r)
             self._start(info["inputs"])
@@ -424,11 +429,24 @@ def build_document(report, *, code: int, seconds: float, dst: str | Path) -> dic
         return {"status": "dry-run", "exit_code": code, "dst": str(dst),
                 "would_convert": list(report.manifest["inputs"]),
                 "refused": [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
-                            for r in report.records]}
+                            for r in report.records], "skipped": report.skipped}
     return {"status": "quarantined" if code == EXIT_QUARANTINED else "ok", "exit_code": code,
             "dst": str(dst), "converted": len(report.converted), "reused": len(report.reused_records),
-            "quarantined": report.manifest["quarantine"], "seconds": round(seconds, 3),
+            "quarantined": report.manifest["quarantine"], "skipped": report.skipped, "seconds": round(seconds, 3),
             "collections": report.manifest["collections"]}
+
+
+def _skipped_note(skipped: list[dict]) -> str:
+    """``, 2 skipped`` for the summary line; empty when nothing was skipped."""
+    return f", {len(skipped)} skipped" if skipped else ""
+
+
+def skipped_lines(skipped: list[dict]) -> list[str]:
+    """What was skipped, grouped by reason: ``skipped 2 (e.g. x.tar.gz): a compressed tar archive; ...``."""
+    groups: dict[str, list[str]] = {}
+    for r in skipped:
+        groups.setdefault(r["reason"], []).append(r["path"])
+    return [f"skipped {len(paths)} (e.g. {paths[0]}): {reason}" for reason, paths in sorted(groups.items())]
 
 
 def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str | Path,
@@ -443,17 +461,22 @@ def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str
         if as_json:
             click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
             return code
-        click.echo(f"would convert {len(report.manifest['inputs'])} files; {len(report.records)} refused")
+        click.echo(f"would convert {len(report.manifest['inputs'])} files; {len(report.records)} refused"
+                   + _skipped_note(report.skipped))
+        for line in skipped_lines(report.skipped):
+            click.echo(line)
         for path in report.manifest["inputs"]:
             click.echo(f"  {path}")
         return code
     code = EXIT_QUARANTINED if report.quarantined else EXIT_OK
     summary = (f"{len(report.converted)} converted, {len(report.reused_records)} reused, "
-               f"{len(report.quarantined)} quarantined in {seconds:.1f} s -> {dst}")
+               f"{len(report.quarantined)} quarantined{_skipped_note(report.skipped)} in {seconds:.1f} s -> {dst}")
     log(summary)
     if as_json:
         click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
     elif not quiet:
         click.echo(summary_table(report.manifest))
+        for line in skipped_lines(report.skipped):
+            click.echo(line)
         click.echo(f"\n{summary}")
     return code

@@ -5,12 +5,16 @@
 skipped by seeking, so a remote archive costs a few ranged reads) and returns, per regular member, its
 name, the offset of its data in the archive and its size. ``MemberView`` is a read-only, seekable
 file object over one member's bytes of an open archive, so ``NpzFile`` and the hashing read the member
-where it lies. Links, devices and FIFOs in an archive are refused per member, with the reason.
+where it lies. Links, devices, FIFOs and sparse members (``tar --sparse``: their data is not ``size``
+plain bytes) in an archive are refused per member, with the reason. A name stored more than once (an
+archive appended to with ``tar -r``) is read as ``tar -x`` would leave it: the last member of the name
+wins, and the older copies are reported as skipped.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import tarfile
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -49,14 +53,40 @@ def _refusal(info: tarfile.TarInfo) -> str | None:
         return "is a FIFO inside the archive, not a regular file; only regular members are read"
     if not info.isreg():
         return "is not a regular file inside the archive; only regular members are read"
+    if info.issparse():
+        return ("is a sparse member (tar --sparse): its data is not stored as plain bytes; "
+                "re-create the archive without --sparse")
+    if info.type not in PLAIN_TYPES:
+        return f"has tar type {info.type!r}, whose data is not plain bytes; only regular members are read"
     return None
 
 
-def index_tar(fh: BinaryIO, display: str, archive_size: int,
-              suffix: str = ".npz") -> tuple[list[TarMember], list[BadInput]]:
+PLAIN_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+"""Member types whose data is exactly ``size`` plain bytes from the data offset (``tarfile.isreg()``
+also counts GNU sparse members as regular; their data is a map of the non-zero regions)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry of a source that is not read, and why (``path`` names it as errors do)."""
+
+    path: str
+    reason: str
+
+
+def member_key(name: str) -> str:
+    """The file a member's name extracts to, as ``tar -x`` sees it (``./a//b.npz`` and ``a/b.npz``
+    are one file): two members with one key are two versions of one file."""
+    return posixpath.normpath(name.lstrip("/"))
+
+
+def index_tar(fh: BinaryIO, display: str, archive_size: int, suffix: str = ".npz",
+              skipped: list[Skipped] | None = None) -> tuple[list[TarMember], list[BadInput]]:
     """The regular members of the uncompressed tar archive open in ``fh`` whose names end in
     ``suffix``, in archive order, and a ``BadInput`` per such member refused (a link, a device, a FIFO,
-    data past the end of the archive). Other members (folders, other files) are skipped.
+    a sparse member, data past the end of the archive). Folders are passed over; other files, and the
+    older copies of a name stored again later (the last member of a name wins, as with ``tar -x``:
+    a refused later member refuses the name), are appended to ``skipped`` when it is given.
 
     ``display`` names the archive in errors (``<display>!<member>``); ``archive_size`` is its size in
     bytes. Raises ``BadInput`` naming the archive when it is not a readable, uncompressed tar archive;
@@ -67,33 +97,43 @@ def index_tar(fh: BinaryIO, display: str, archive_size: int,
         tf = tarfile.open(fileobj=fh, mode="r:")  # noqa: SIM115 (the caller owns and closes fh)
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BadInput(display, None, f"not a readable uncompressed tar archive ({exc})") from None
-    members: list[TarMember] = []
-    refused: list[BadInput] = []
+    latest: dict[str, TarMember | BadInput] = {}  # by member_key, in the order of the winning copies
+    damage: list[BadInput] = []
     try:
         while True:
             try:
                 info = tf.next()
             except (tarfile.TarError, OSError, EOFError) as exc:
                 # the members indexed so far are read; what follows is refused as one entry
-                refused.append(BadInput(display, None, f"the tar archive is corrupt or truncated after "
-                                        f"{len(members)} members ({exc})"))
+                damage.append(BadInput(display, None, f"the tar archive is corrupt or truncated after "
+                                       f"{sum(isinstance(m, TarMember) for m in latest.values())} members ({exc})"))
                 break
             if info is None:
                 break
-            if info.isdir() or not info.name.endswith(suffix):
-                continue
+            tf.members.clear()  # headers only: keep no TarInfo per member (7,868 in npz_all.tar)
             where = f"{display}!{info.name}"
+            if info.isdir():
+                continue
+            if not info.name.endswith(suffix):
+                if skipped is not None:
+                    skipped.append(Skipped(where, f"not a {suffix} member"))
+                continue
             problem = _refusal(info)
             if problem is None and info.offset_data + info.size > archive_size:
                 problem = "its data extends past the end of the archive (truncated?)"
-            if problem:
-                refused.append(BadInput(where, None, problem))
-                continue
-            members.append(TarMember(info.name, info.offset_data, info.size))
-            tf.members.clear()  # headers only: keep no TarInfo per member (7,868 in npz_all.tar)
+            key = member_key(info.name)
+            older = latest.pop(key, None)
+            if older is not None and skipped is not None:
+                name = older.name if isinstance(older, TarMember) else older.path[len(display) + 1 :]
+                skipped.append(Skipped(f"{display}!{name}", f"an older copy: a later member of the archive "
+                                       f"({info.name}) replaces it, as with tar -x"))
+            latest[key] = BadInput(where, None, problem) if problem else \
+                TarMember(info.name, info.offset_data, info.size)
     finally:
         tf.close()  # closes nothing of fh (tarfile does not own a file object it was given)
-    return members, refused
+    members = [m for m in latest.values() if isinstance(m, TarMember)]
+    members.sort(key=lambda m: m.offset)
+    return members, [m for m in latest.values() if isinstance(m, BadInput)] + damage
 
 
 class MemberView(ByteWindow):

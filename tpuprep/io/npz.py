@@ -29,6 +29,9 @@ _LOCAL_MAGIC = b"PK\x03\x04"
 _READ_BLOCK = 1 << 20  # compressed bytes read per step
 _NPY_MAGIC = b"\x93NUMPY"
 _MAX_HEADER = 1 << 16
+_END_MAGIC = b"PK\x05\x06"
+_END_RECORD = 22  # bytes of the end of central directory record before its comment
+_END_SEARCH = _END_RECORD + 0xFFFF  # the record and the longest comment
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,28 @@ class NpzFile:
         if self._owned:
             self._fh.close()
 
+    def _check_end_record(self) -> None:
+        """The zip's end record must end the file exactly (its comment reaching the last byte): a
+        file whose end record lies further in is not one whole zip (a window over the wrong bytes,
+        such as a sparse tar member read as plain bytes, or data appended to the file)."""
+        size = self._size
+        self._fh.seek(max(0, size - _END_SEARCH))
+        tail = self._fh.read(_END_SEARCH)
+        at = last = tail.rfind(_END_MAGIC)
+        if at < 0:
+            return  # no end record at all: zipfile says "not a zip"
+        while at >= 0:
+            if at + _END_RECORD <= len(tail):
+                comment = struct.unpack("<H", tail[at + 20 : at + 22])[0]
+                if at + _END_RECORD + comment == len(tail):
+                    return
+            at = tail.rfind(_END_MAGIC, 0, at)
+        extra = len(tail) - last - _END_RECORD
+        raise BadInput(self.path, None, f"not a readable zip archive: {extra} bytes that are not part of it "
+                       "follow its end record (the bytes of another file?)")
+
     def _read_directory(self) -> dict[str, Member]:
+        self._check_end_record()
         try:
             with zipfile.ZipFile(self._fh) as zf:
                 infos = zf.infolist()
