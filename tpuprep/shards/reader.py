@@ -35,6 +35,7 @@ from ..errors import BadShards, one_line
 from ..io.storage import Store, resolve, scheme_of, storage_error
 from ..kernels.base7 import decode_base7
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
+from . import arguments
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
 from .parquet import (
@@ -211,10 +212,11 @@ class _RowOutOfRange(Exception):
 
 def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
     """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
-    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct)."""
-    if k < 0:
-        raise ValueError(f"k must be ≥ 0, got {k}")
-    rng = np.random.default_rng(seed)
+    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct). ``TypeError`` /
+    ``ValueError`` naming the argument unless each is an integer ≥ 0."""
+    num_unique = arguments.count("num_unique", num_unique)
+    k = arguments.count("k", k)
+    rng = np.random.default_rng(arguments.seed(seed))
     return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
 
 
@@ -484,7 +486,7 @@ class Dataset:
 
     def _graph_row_group(self, graph_id: str) -> tuple[_ShardIndex, Path, pa.Table, int]:
         """(index of its collection and split, graphs shard, row group table, row) of a listed graph."""
-        if graph_id not in self._graphs:
+        if arguments.graph_id(graph_id) not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         collection, split = self._graphs[graph_id]
         index = self._index(collection, split)
@@ -498,6 +500,7 @@ class Dataset:
         """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
         the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
         row; no configs shard is opened), every per-unique-config array None."""
+        configs = arguments.flag("configs", configs)
         index, path, g, row = self._graph_row_group(graph_id)
         collection, split = self._graphs[graph_id]
         if not configs:
@@ -603,11 +606,11 @@ class Dataset:
         per-config columns derived from it (``unique_config_columns``: group sizes, first indices,
         runtimes, spreads; kept for up to ``DERIVED_BYTES`` of graphs). Tile: the graph's configs
         rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
-        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``.
+        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``. ``TypeError`` / ``ValueError``
+        naming the argument unless ``k`` and ``seed`` are integers ≥ 0 (``shards.arguments``).
         """
         self._where(graph_id)
-        if k < 0:
-            raise ValueError(f"k must be ≥ 0, got {k}")
+        k, seed = arguments.count("k", k), arguments.seed(seed)
         return self._configs(graph_id, lambda count: sample_rows(count, k, seed), derive=True)
 
     def read_configs(self, graph_id: str, rows: np.ndarray | list[int],
@@ -619,11 +622,11 @@ class Dataset:
         only ``config_id`` and ``codes`` are read and the small per-config fields are taken from it
         (what ``ConfigBatches`` and ``sample_configs`` do: ~3× fewer column chunks to read per
         sample). Without it every stored column of those row groups is read (what ``verify`` checks).
-        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph."""
-        wanted = np.asarray(rows)
-        if wanted.ndim != 1 or (wanted.size and not np.issubdtype(wanted.dtype, np.integer)):
-            raise ValueError(f"rows must be a 1-D array of integers, got shape {wanted.shape} {wanted.dtype}")
-        wanted = wanted.astype(np.int64)
+        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph, ``TypeError`` /
+        ``ValueError`` naming ``rows`` or ``columns`` when they are not integers / that graph's columns."""
+        if collection_kind(self._where(graph_id)[0]) == "layout":
+            columns = arguments.config_columns(columns, self.num_unique_configs(graph_id))
+        wanted = arguments.rows(rows)
 
         def check(count: int) -> np.ndarray:
             if wanted.size and (wanted.min() < 0 or wanted.max() >= count):
@@ -673,7 +676,7 @@ class Dataset:
 
     def _where(self, graph_id: str) -> tuple[str, str]:
         """(collection, split) of a listed graph (``KeyError`` otherwise)."""
-        if graph_id not in self._graphs:
+        if arguments.graph_id(graph_id) not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         return self._graphs[graph_id]
 
@@ -746,9 +749,6 @@ class Dataset:
         stored = codes_rows(taken.column("codes"), len(rows), nt=int(tie.max()) + 1 if len(tie) else 0) if len(rows) else \
             np.zeros((0, 0, 3), np.int32)
         if columns is not None:
-            if len(columns["group_size"]) != starts[-1]:
-                raise ValueError(f"{len(columns['group_size'])} unique configs in the columns given, "
-                                 f"the shards hold {int(starts[-1])}")
             fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
                       "first_index": columns["first_index"][rows]}
             for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
@@ -893,10 +893,9 @@ class Dataset:
         graph, ``BadShards`` as in :meth:`sample_configs`.
         """
         self._where(graph_id)
-        if rows_per_block < 1:
-            raise ValueError(f"rows_per_block must be ≥ 1, got {rows_per_block}")
+        rows_per_block = arguments.count("rows_per_block", rows_per_block, 1)
         c_u = self.num_unique_configs(graph_id)
-        want = np.arange(c_u, dtype=np.int64) if rows is None else np.asarray(rows, np.int64).reshape(-1)
+        want = np.arange(c_u, dtype=np.int64) if rows is None else arguments.rows(rows)
         if len(want) and (want.min() < 0 or want.max() >= c_u):
             raise ValueError(f"rows of {graph_id!r} must lie in 0..{c_u - 1}")
         for piece in self._config_blocks(graph_id, want, rows_per_block):
