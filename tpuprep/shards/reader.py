@@ -39,6 +39,7 @@ from . import arguments
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
 from .parquet import (
+    check_graph_groups,
     check_shard_schema,
     chunk_ranges,
     codes_rows,
@@ -48,6 +49,7 @@ from .parquet import (
     read_row_groups,
 )
 from .schema import table_name
+from .stamp import shard_build_id
 
 if TYPE_CHECKING:
     import polars as pl
@@ -453,23 +455,35 @@ class Dataset:
 
     def open_shard(self, path: Path | str) -> pq.ParquetFile:
         """A shard (a path from ``shard_path``) opened for reading with page checksums verified;
-        remotely through ``Store.open_ranged``: footer and row groups are ranged GETs."""
+        remotely through ``Store.open_ranged``: footer and row groups are ranged GETs. ``BadShards``
+        naming the folder when the shard is not of the manifest's build (rebuilt since ``open_dataset``)."""
         if self.store.is_local:
-            return open_parquet(path)
-        try:
-            source = self.store.open_ranged(str(path), self._sizes.get(str(path)))
-        except FileNotFoundError:
-            raise BadShards(f"{path}: the shard does not exist (it did when the dataset was opened)") from None
-        except OSError as exc:
-            raise storage_error(exc, str(path), self.store) from None
-        return open_parquet(path, source)
+            if not os.path.exists(path):
+                raise self._changed(f"{path} no longer exists")
+            pf = open_parquet(path)
+        else:
+            try:
+                source = self.store.open_ranged(str(path), self._sizes.get(str(path)))
+            except FileNotFoundError:
+                raise self._changed(f"{path} no longer exists") from None
+            except OSError as exc:
+                raise storage_error(exc, str(path), self.store) from None
+            pf = open_parquet(path, source)
+        found, want = shard_build_id(pf.metadata.metadata), self.manifest.get("build_id")
+        if found != want:
+            raise self._changed(f"{path} is from build {found}, its manifest was of build {want}")
+        return pf
+
+    def _changed(self, detail: str) -> BadShards:
+        """The one line of a shard folder rebuilt under this open Dataset."""
+        return BadShards(f"{self.root}: the shard folder changed after it was opened ({detail}): open it again")
 
     def _index(self, collection: str, split: str) -> _ShardIndex:
         key = (collection, split)
         if key not in self._indexes:
             shards = [(self.shard_path(i), s["table"]) for i, s in enumerate(self.manifest["shards"])
                       if s["collection"] == collection and s["split"] == split]
-            self._indexes[key] = _ShardIndex(shards, open_parquet if self.store.is_local else self._parquet)
+            self._indexes[key] = _ShardIndex(shards, self.open_shard if self.store.is_local else self._parquet)
         return self._indexes[key]
 
     def _row_group(self, path: Path, rg: int) -> pa.Table:
@@ -477,7 +491,7 @@ class Dataset:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        pf = open_parquet(path) if self.store.is_local else self._parquet(path)  # remote: footer once
+        pf = self.open_shard(path) if self.store.is_local else self._parquet(path)  # remote: footer once
         table = read_row_group(pf, path, rg)
         self._cache[key] = table
         if len(self._cache) > self._cache_size:
@@ -494,7 +508,12 @@ class Dataset:
             raise BadShards(f"{self.manifest_path}: graph {graph_id!r} is listed, but no {split} graphs "
                             f"shard of {collection} holds it")
         path, rg, row = index.graph_rows[graph_id]
-        return index, path, self._row_group(path, rg), row
+        table = self._row_group(path, rg)
+        found = table.column("graph_id")[row].as_py() if row < table.num_rows else None
+        if found != graph_id:
+            raise BadShards(f"{path}: row {row} of row group {rg} holds graph {found!r}, not {graph_id!r}: "
+                            f"the shard changed under the open dataset {self.root}?")
+        return index, path, table, row
 
     def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
@@ -519,6 +538,7 @@ class Dataset:
             if collection_kind(collection) == "layout":  # the graph's own (small) row groups, one read per shard
                 for cpath in dict.fromkeys(p for p, _ in groups):
                     rgs = [rg for p, rg in groups if p == cpath]
+                    check_graph_groups(self._parquet(cpath).metadata, cpath, rgs, graph_id)
                     pieces.append(read_row_groups(self._parquet(cpath), cpath, rgs))
             for cpath, crg in groups if collection_kind(collection) == "tile" else ():
                 t = self._row_group(cpath, crg)
@@ -656,8 +676,11 @@ class Dataset:
         try:
             pieces = []
             for path in dict.fromkeys(p for p, _ in groups):
-                t = read_row_groups(self._parquet(path), path, [rg for p, rg in groups if p == path],
-                                    ["graph_id", "config_id", "runtime"], use_threads=False)
+                rgs = [rg for p, rg in groups if p == path]
+                if collection_kind(collection) == "layout":
+                    check_graph_groups(self._parquet(path).metadata, path, rgs, graph_id)
+                t = read_row_groups(self._parquet(path), path, rgs, ["graph_id", "config_id", "runtime"],
+                                    use_threads=False)
                 if collection_kind(collection) == "tile":
                     t = t.filter(pc.equal(t.column("graph_id"), graph_id))
                 pieces.append(t)
@@ -730,7 +753,7 @@ class Dataset:
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
-            t = self._read_sampled(path, [groups[i][1] for i in mine],
+            t = self._read_sampled(path, [groups[i][1] for i in mine], graph_id,
                                    ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"])
             base = sum(p.num_rows for p in pieces)
             at = base
@@ -762,11 +785,13 @@ class Dataset:
             np.zeros((0, len(tie), 18), np.int8),
         )
 
-    def _read_sampled(self, path: Path | str, rgs: list[int], columns: list[str]) -> pa.Table:
-        """Row groups ``rgs`` (``columns`` only) of a shard, for a sample. Remotely their column chunks
-        are fetched first, all at once and concurrently (``Store.open_prefetched``), then decoded with
-        page checksums verified as always: a sample costs one round trip, not one per row group."""
+    def _read_sampled(self, path: Path | str, rgs: list[int], graph_id: str, columns: list[str]) -> pa.Table:
+        """Row groups ``rgs`` (``columns`` only) of a shard, all of ``graph_id`` (``check_graph_groups``),
+        for a sample. Remotely their column chunks are fetched first, all at once and concurrently
+        (``Store.open_prefetched``), then decoded with page checksums verified as always: a sample costs
+        one round trip, not one per row group."""
         pf = self._parquet(path)
+        check_graph_groups(pf.metadata, path, rgs, graph_id)
         if self.store.is_local:
             return read_row_groups(pf, path, rgs, columns, use_threads=False)
         url = str(path)
@@ -774,7 +799,7 @@ class Dataset:
             source = self.store.open_prefetched(url, chunk_ranges(pf.metadata, rgs, columns),
                                                 self._sizes[url])  # set by shard_path
         except FileNotFoundError:
-            raise BadShards(f"{url}: the shard does not exist (it did when the dataset was opened)") from None
+            raise self._changed(f"{url} no longer exists") from None
         except OSError as exc:
             raise storage_error(exc, url, self.store) from None
         part = pq.ParquetFile(source, metadata=pf.metadata, page_checksum_verification=True)
