@@ -34,8 +34,10 @@ import pyarrow.parquet as pq
 from ..errors import BadShards, one_line
 from ..io.storage import Store, resolve, scheme_of, storage_error
 from ..kernels.base7 import decode_base7
+from ..kernels.planes import join_planes
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
-from . import arguments
+from . import arguments, pages
+from .derived import expand_tied, safe_normalizer, sample_rows, unique_config_columns
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
 from .parquet import (
@@ -53,16 +55,6 @@ from .stamp import shard_build_id
 
 if TYPE_CHECKING:
     import polars as pl
-
-
-def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
-    """Stored codes (k, nt, 3) int32 → per-node codes (k, nc, 3) int32 through ``tie`` (nc,) int32
-    (``BadShards``-worthy ``IndexError`` when a tie names no stored column). No copy when nothing is tied."""
-    if len(tie) == stored.shape[1] and np.array_equal(tie, np.arange(len(tie))):
-        return stored
-    if len(tie) and (tie.min() < 0 or tie.max() >= stored.shape[1]):
-        raise IndexError(f"config_node_tie names column {int(tie.max())}, the codes hold {stored.shape[1]}")
-    return np.take(stored, tie, axis=1)  # ~4x faster than stored[:, tie]
 
 
 def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
@@ -164,18 +156,6 @@ def _read_only(record: GraphRecord) -> GraphRecord:
     return record
 
 
-def safe_normalizer(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The one rule that makes train statistics safe to divide by: (mean, std_safe), float64 copies of
-    the same shape. A non-finite mean becomes 0; a std that is 0 (a column constant over the train
-    split), negative or non-finite becomes 1, so ``(x - mean) / std_safe`` is finite and leaves a
-    constant column centred instead of dividing by zero."""
-    mean = np.array(mean, np.float64)
-    std = np.array(std, np.float64)
-    mean[~np.isfinite(mean)] = 0.0
-    std[~np.isfinite(std) | (std <= 0)] = 1.0
-    return mean, std
-
-
 @dataclass
 class ConfigSample:
     """k sampled unique configs of one graph (``Dataset.sample_configs``). Every array is a fresh,
@@ -210,54 +190,6 @@ class ConfigSample:
 
 class _RowOutOfRange(Exception):
     """A row ``read_configs`` was asked for is not one of the graph's unique configs."""
-
-
-def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
-    """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
-    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct). ``TypeError`` /
-    ``ValueError`` naming the argument unless each is an integer ≥ 0."""
-    num_unique = arguments.count("num_unique", num_unique)
-    k = arguments.count("k", k)
-    rng = np.random.default_rng(arguments.seed(seed))
-    return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
-
-
-def unique_config_columns(structure: GraphRecord) -> dict[str, np.ndarray | None]:
-    """The per-unique-config columns of a layout graph, derived from its structure alone
-    (``load_graph(graph_id, configs=False)``: ``config_inverse`` (c,) and ``config_runtime_original``
-    (c,)), equal to the stored ones by the dedup rules (unique ids in order of first occurrence; each
-    keeps its group's smallest runtime): ``group_size``, ``first_index`` (c_u,) int32, ``runtime`` and
-    ``runtime_spread`` (c_u,) int64 ns (None on test). O(c log c) NumPy, no shard read: pass them to
-    ``Dataset.read_configs(..., columns=)`` so that a sample reads only the configs' codes.
-    ``ValueError`` when ``config_inverse`` does not number the groups in order of first occurrence."""
-    inverse = np.asarray(structure.config_inverse, np.int64)
-    if structure.kind != "layout":
-        raise ValueError(f"{structure.graph_id} is a tile graph: only layout columns are derived")
-    if not len(inverse):
-        empty = np.zeros(0, np.int64)
-        return {"group_size": empty.astype(np.int32), "first_index": empty.astype(np.int32),
-                "runtime": None if structure.config_runtime_original is None else empty,
-                "runtime_spread": None if structure.config_runtime_original is None else empty}
-    running = np.maximum.accumulate(inverse)
-    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
-    if inverse[0] != 0 or not np.array_equal(inverse[first], np.arange(len(first))):
-        raise ValueError(f"{structure.graph_id}: config_inverse does not number its groups in order "
-                         "of first occurrence")
-    group_size = np.bincount(inverse, minlength=len(first))
-    out: dict[str, np.ndarray | None] = {"group_size": group_size.astype(np.int32),
-                                         "first_index": first.astype(np.int32),
-                                         "runtime": None, "runtime_spread": None}
-    if structure.config_runtime_original is not None:
-        order = np.argsort(inverse, kind="stable")
-        starts = np.zeros(len(first), np.int64)
-        np.cumsum(group_size[:-1], out=starts[1:])
-        runtimes = np.asarray(structure.config_runtime_original, np.int64)[order]
-        out["runtime"] = np.minimum.reduceat(runtimes, starts)
-        out["runtime_spread"] = np.maximum.reduceat(runtimes, starts) - out["runtime"]
-    for value in out.values():
-        if value is not None:
-            value.flags.writeable = False
-    return out
 
 
 def _nbytes(columns: dict[str, np.ndarray | None]) -> int:
@@ -352,6 +284,8 @@ class Dataset:
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
         self._files: dict[Path, pq.ParquetFile] = {}
+        self._inodes: dict[Path, tuple[int, int, int, int]] = {}  # identity of the files _files opened
+        self._chunks: dict[tuple[Path, int], pages.Chunk] = {}  # codes chunks of sampled row groups
         self._ties: dict[str, np.ndarray] = {}
         self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
         self._derived_bytes = 0
@@ -611,9 +545,13 @@ class Dataset:
         return _read_only(record)
 
     def _parquet(self, path: Path) -> pq.ParquetFile:
-        """An open shard, kept open for later sampled reads (footer parsed once)."""
+        """An open shard, kept open for later sampled reads (footer parsed once); locally the identity
+        of the file it opened is kept too, for the direct page reads of ``_fetcher``."""
         if path not in self._files:
+            before = pages.identity(path) if self.store.is_local else None
             self._files[path] = self.open_shard(path)
+            if before is not None and pages.identity(path) == before:
+                self._inodes[path] = before
         return self._files[path]
 
     def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
@@ -747,6 +685,31 @@ class Dataset:
                        columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
         """The configs ``rows`` of a layout graph whose row groups are ``groups`` with first config_ids
         ``starts`` (``_ShardIndex.config_plan``): only the row groups holding a row are read."""
+        nt = int(tie.max()) + 1 if len(tie) else 0
+        direct = None if columns is None or not len(rows) else pages.sample_codes(
+            groups, starts, rows, 12 * nt, lambda path, rgs: self._chunks_of(path, rgs, graph_id), self._fetcher)
+        if direct is not None:  # the codes pages read directly (pages.py); else pyarrow reads the row groups
+            stored, table, taken = join_planes(direct).reshape(len(rows), nt, 3), None, None
+        else:
+            stored, table, taken = self._sampled_table(graph_id, groups, starts, rows, nt, columns is not None)
+        if columns is not None:
+            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
+                      "first_index": columns["first_index"][rows]}
+            for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
+                fields[name] = None if columns[key] is None else columns[key][rows]
+        else:
+            fields = _sample_fields(graph_id, rows, table, taken)
+        return ConfigSample(
+            **fields,
+            # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
+            node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
+            np.zeros((0, len(tie), 18), np.int8),
+        )
+
+    def _sampled_table(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray, rows: np.ndarray,
+                       nt: int, derived: bool) -> tuple[np.ndarray, pa.Table, pa.Table]:
+        """(stored codes (k, nt, 3) int32, the row groups read, the rows taken) of ``rows`` read with
+        pyarrow: ``config_id`` and ``codes`` (``derived``) or every column."""
         sizes = np.diff(starts)
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
@@ -754,7 +717,7 @@ class Dataset:
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
             t = self._read_sampled(path, [groups[i][1] for i in mine], graph_id,
-                                   ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"])
+                                   ["config_id", "codes"] if derived else _SAMPLE_COLUMNS["layout"])
             base = sum(p.num_rows for p in pieces)
             at = base
             for i in mine:
@@ -769,21 +732,39 @@ class Dataset:
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
         taken = table.take(pa.array(pos))
-        stored = codes_rows(taken.column("codes"), len(rows), nt=int(tie.max()) + 1 if len(tie) else 0) if len(rows) else \
-            np.zeros((0, 0, 3), np.int32)
-        if columns is not None:
-            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
-                      "first_index": columns["first_index"][rows]}
-            for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
-                fields[name] = None if columns[key] is None else columns[key][rows]
-        else:
-            fields = _sample_fields(graph_id, rows, table, taken)
-        return ConfigSample(
-            **fields,
-            # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
-            node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
-            np.zeros((0, len(tie), 18), np.int8),
-        )
+        stored = codes_rows(taken.column("codes"), len(rows), nt=nt) if len(rows) else np.zeros((0, 0, 3), np.int32)
+        return stored, table, taken
+
+    def _chunks_of(self, path: Path | str, rgs: list[int], graph_id: str) -> list[pages.Chunk]:
+        """The ``codes`` chunks of row groups ``rgs`` of an open shard (``pages.chunk_info``, read from its
+        footer once), which must hold ``graph_id`` alone (else ``BadShards``, as ``check_graph_groups``)."""
+        out = []
+        for rg in rgs:
+            chunk = self._chunks.get((path, rg))
+            if chunk is None:
+                chunk = self._chunks[(path, rg)] = pages.chunk_info(self._parquet(path).metadata, rg)
+            if chunk.graph_ids != (graph_id, graph_id):
+                check_graph_groups(self._parquet(path).metadata, path, [rg], graph_id)  # raises
+            out.append(chunk)
+        return out
+
+    def _fetcher(self, path: Path | str) -> Callable | None:
+        """``pages``' fetch of byte ranges of an open shard: locally ``pread``s of the very file whose
+        footer ``_parquet`` read (None when it was replaced since: pyarrow then reads the open one);
+        remotely one concurrent ``cat_ranges``, failures as the store's one line."""
+        if self.store.is_local:
+            known = self._inodes.get(path)
+            return None if known is None else pages.file_fetch(path, known)
+        remote = pages.store_fetch(self.store.fs, self.store.fs._strip_protocol(str(path)))
+
+        def fetch_remote(ranges: list[tuple[int, int]]) -> list[bytes]:
+            try:
+                return remote(ranges)
+            except FileNotFoundError:
+                raise self._changed(f"{path} no longer exists") from None
+            except OSError as exc:
+                raise storage_error(exc, str(path), self.store) from None
+        return fetch_remote
 
     def _read_sampled(self, path: Path | str, rgs: list[int], graph_id: str, columns: list[str]) -> pa.Table:
         """Row groups ``rgs`` (``columns`` only) of a shard, all of ``graph_id`` (``check_graph_groups``),
