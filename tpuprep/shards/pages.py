@@ -144,25 +144,58 @@ def _inflate(payload: bytes, size: int, codec: str) -> bytes:
     return out
 
 
-_HEADERS: dict[bytes, tuple[dict, int]] = {}
+class Page(NamedTuple):
+    """A page header as this reader uses it (``page_header``): its data start after the header (relative
+    to the header's own position), stored and inflated sizes, CRC-32 (None without), values and
+    whether its data are compressed."""
+
+    offset: int
+    stored: int
+    size: int
+    crc: int | None
+    count: int
+    compressed: bool
+
+
+_HEADERS: dict[bytes, Page] = {}
 _HEADER_KEY = 64  # bytes of a page that name its header: tpuprep's codes page headers are ~30 bytes
 _HEADERS_MAX = 1 << 14
 
 
-def page_header(chunk: bytes, pos: int) -> tuple[dict[int, object], int]:
-    """The page header at ``pos`` (``thrift_struct``), parsed once per distinct header: the next
-    ``_HEADER_KEY`` bytes are the cache key, so an entry is reused only for the very same bytes (a
-    header longer than the key is never cached). Returns (header fields, position after the header)."""
+def page_header(chunk: bytes, pos: int) -> Page:
+    """The data page header at ``pos`` of a column chunk as a ``Page``, ``Unhandled`` unless it is a PLAIN
+    DATA_PAGE or a PLAIN DATA_PAGE_V2 of non-null values without levels. Parsed (``thrift_struct``) and
+    checked once per distinct header: the next ``_HEADER_KEY`` bytes are the cache key, so an entry is
+    reused only for the very same bytes (a header longer than the key is never cached)."""
     key = bytes(chunk[pos:pos + _HEADER_KEY])
     hit = _HEADERS.get(key)
     if hit is not None:
-        return hit[0], pos + hit[1]
+        return hit
     header, end = thrift_struct(chunk, pos)
+    kind, size, stored, crc = header.get(1), header.get(2), header.get(3), header.get(4)
+    if type(size) is not int or type(stored) is not int or size < 0 or stored < 0:
+        raise Unhandled("a page header without its sizes")
+    if kind == DATA_PAGE:
+        data = header.get(5)
+        if not isinstance(data, dict) or data.get(2) != PLAIN:
+            raise Unhandled("a data page that is not PLAIN")
+        count, compressed = data.get(1), True
+    elif kind == DATA_PAGE_V2:
+        data = header.get(8)
+        if not isinstance(data, dict) or data.get(4) != PLAIN or data.get(2, 0) or data.get(5, 0) or \
+                data.get(6, 0) or data.get(1) != data.get(3):
+            raise Unhandled("a v2 data page that is not PLAIN, non-null values without levels")
+        count, compressed = data.get(1), data.get(7, True) is not False
+    else:
+        raise Unhandled(f"a page of type {kind} (only PLAIN data pages are read directly)")
+    if type(count) is not int or count < 0 or (crc is not None and type(crc) is not int):
+        raise Unhandled("a page header without its number of values")
+    page = Page(end - pos, stored, size, None if crc is None else crc & 0xFFFFFFFF, count, compressed)
     if end - pos <= len(key):
         if len(_HEADERS) >= _HEADERS_MAX:
             _HEADERS.clear()
-        _HEADERS[key] = (header, end - pos)
-    return header, end
+        _HEADERS[key] = page
+    return page
 
 
 def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.ndarray:
@@ -170,41 +203,25 @@ def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.nd
     BYTE_ARRAY column whose every value is ``width`` bytes: (num_values, width) uint8. Each page's
     CRC-32 is checked when its header has one. ``Unhandled`` for anything else."""
     view = memoryview(chunk)
-    rows, pos, seen = [], 0, 0
+    rows, pos, seen, stride = [], 0, 0, 4 + width
     while seen < num_values:
-        header, start = page_header(chunk, pos)
-        kind, size, stored = header.get(1), header.get(2), header.get(3)
-        if not isinstance(size, int) or not isinstance(stored, int) or size < 0 or stored < 0 or \
-                start + stored > len(chunk):
-            raise Unhandled("a page header without its sizes, or a page past the chunk's end")
-        payload = view[start:start + stored]
-        crc = header.get(4)
-        if crc is not None and (zlib.crc32(payload) & 0xFFFFFFFF) != (crc & 0xFFFFFFFF):
+        page = page_header(chunk, pos)
+        start = pos + page.offset
+        pos = start + page.stored
+        if pos > len(chunk):
+            raise Unhandled("a page past the chunk's end")
+        payload = view[start:pos]
+        if page.crc is not None and zlib.crc32(payload) != page.crc:
             raise Unhandled("a page's CRC-32 differs from its header's")
-        pos = start + stored
-        if kind == DATA_PAGE:
-            page = header.get(5)
-            if not isinstance(page, dict) or page.get(2) != PLAIN:
-                raise Unhandled("a data page that is not PLAIN")
-            count, data = page.get(1), _inflate(bytes(payload), size, codec)
-        elif kind == DATA_PAGE_V2:
-            page = header.get(8)
-            if not isinstance(page, dict) or page.get(4) != PLAIN or page.get(2, 0) or \
-                    page.get(5, 0) or page.get(6, 0) or page.get(1) != page.get(3):
-                raise Unhandled("a v2 data page that is not PLAIN, non-null values without levels")
-            count = page.get(1)
-            data = _inflate(bytes(payload), size, codec) if page.get(7, True) else bytes(payload)
-        else:
-            raise Unhandled(f"a page of type {kind} (only PLAIN data pages are read directly)")
-        if not isinstance(count, int) or count < 0 or len(data) != count * (4 + width):
+        data = _inflate(payload, page.size, codec) if page.compressed else payload
+        count = page.count
+        if len(data) != count * stride:
             raise Unhandled("a page whose values are not all of the expected width")
-        if width % 4 == 0:  # each value's 4-byte length prefix, read in place as a strided column
-            lengths = np.frombuffer(data, "<u4").reshape(count, (4 + width) // 4)[:, 0]
-        else:
-            lengths = np.frombuffer(data, np.uint8).reshape(count, 4 + width)[:, :4].copy().view("<u4")
+        table = np.frombuffer(data, np.uint8).reshape(count, stride)
+        lengths = table[:, :4].view("<u4") if stride % 4 == 0 else table[:, :4].copy().view("<u4")
         if count and not (lengths == width).all():
             raise Unhandled("a value of another width")
-        rows.append(np.frombuffer(data, np.uint8).reshape(count, 4 + width)[:, 4:])
+        rows.append(table[:, 4:])
         seen += count
     if seen != num_values or pos != len(chunk):
         raise Unhandled(f"the pages hold {seen} values, the footer says {num_values}")
