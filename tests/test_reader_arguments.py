@@ -100,3 +100,14 @@ def test_numpy_integers_are_integers(ds, layout_id):
     assert np.array_equal(a.rows, b.rows) and np.array_equal(a.node_config_feat, b.node_config_feat)
     blocks = list(ds.iter_config_blocks(layout_id, np.int32(5)))
     assert np.array_equal(np.concatenate([x.rows for x in blocks]), np.arange(ds.num_unique_configs(layout_id)))
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda ds: ds.graph_ids(5), "collection"), (lambda ds: ds.graph_ids("tile:xla", 0), "split"),
+    (lambda ds: list(ds.iter_graphs(["tile:xla"])), "collection"), (lambda ds: ds.splits(None), "collection"),
+    (lambda ds: ds.fold(7), "graph_id")])
+def test_names_that_are_not_strings_are_type_errors_not_empty_answers(ds, call, name):
+    """graph_ids(collection=5) matched nothing and looked like an empty collection."""
+    with pytest.raises(TypeError, match=rf"^{name} must be a str"):
+        call(ds)
+    assert ds.graph_ids("tile:xla", "train") and ds.graph_ids(None, None) == ds.graph_ids()

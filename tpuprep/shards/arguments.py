@@ -36,6 +36,17 @@ def graph_id(value: object) -> str:
     return value
 
 
+def name(argument: str, value: object, optional: bool = False) -> str | None:
+    """A collection, split or table name: a ``str`` (or None when ``optional``), ``TypeError`` otherwise
+    (``graph_ids(collection=5)`` would otherwise match nothing and look like an empty collection)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str{' or None' if optional else ''}, got "
+                        f"{type(value).__name__} {value!r}")
+    return value
+
+
 def flag(name: str, value: object) -> bool:
     """A yes/no argument: ``bool`` (or NumPy's), ``TypeError`` otherwise (``configs="no"`` is true)."""
     if not isinstance(value, bool | np.bool_):

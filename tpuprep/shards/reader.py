@@ -298,7 +298,7 @@ class Dataset:
         return list(self.manifest["collections"])
 
     def splits(self, collection: str) -> list[str]:
-        return list(self.manifest["collections"][collection]["splits"])
+        return list(self.manifest["collections"][arguments.name("collection", collection)]["splits"])
 
     @cached_property
     def _graphs(self) -> dict[str, tuple[str, str]]:
@@ -307,6 +307,7 @@ class Dataset:
 
     def graph_ids(self, collection: str | None = None, split: str | None = None) -> list[str]:
         """Graph ids (sorted) of a collection and/or split."""
+        collection, split = arguments.name("collection", collection, True), arguments.name("split", split, True)
         return sorted(g for g, (c, s) in self._graphs.items()
                       if (collection is None or c == collection) and (split is None or s == split))
 
@@ -334,7 +335,7 @@ class Dataset:
 
     def fold(self, graph_id: str) -> int:
         """The graph's grouped K-fold id (K = the build's --folds)."""
-        return graph_fold(graph_id, self.manifest["options"]["folds"])
+        return graph_fold(arguments.graph_id(graph_id), self.manifest["options"]["folds"])
 
     def shard_path(self, i: int) -> Path | str:
         """The file of ``manifest["shards"][i]``, confined to the dataset folder: a relative POSIX path
