@@ -230,3 +230,19 @@ def test_a_shard_replaced_after_its_footer_was_read_is_not_read_with_it(tmp_path
     assert fetched == ["declined"]
     assert np.array_equal(after.node_config_feat, before.node_config_feat)
     assert np.array_equal(after.rows, before.rows)
+
+
+def test_values_of_mixed_widths_are_declined_even_when_the_page_size_fits():
+    """Values of 12 and 36 bytes alternating fill a page exactly as 24-byte values would: the length of
+    every value is checked, not the page's size alone."""
+    values = [bytes([i]) * (12 if i % 2 else 36) for i in range(10)]
+    buf = io.BytesIO()
+    schema = pa.schema([pa.field("codes", pa.binary(), False)])
+    table = pa.table({"codes": pa.array(values, pa.binary())}, schema=schema)
+    pq.write_table(table, buf, use_dictionary=False, compression="zstd", write_page_checksum=True)
+    data = buf.getvalue()
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    chunk = pages.chunk_info(meta, 0)
+    block = data[chunk.start:chunk.end]
+    with pytest.raises(pages.Unhandled, match="another width"):
+        pages.chunk_values(block, 10, chunk.codec, 24)

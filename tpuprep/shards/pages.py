@@ -132,7 +132,7 @@ _DECOMPRESSORS = threading.local()
 def _inflate(payload: bytes, size: int, codec: str) -> bytes:
     """A page's data as stored → its ``size`` bytes (zstd through one decompressor per thread)."""
     if codec == "UNCOMPRESSED":
-        return payload
+        return bytes(payload)
     dctx = getattr(_DECOMPRESSORS, "dctx", None)
     if dctx is None:
         import zstandard
@@ -203,7 +203,7 @@ def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.nd
     BYTE_ARRAY column whose every value is ``width`` bytes: (num_values, width) uint8. Each page's
     CRC-32 is checked when its header has one. ``Unhandled`` for anything else."""
     view = memoryview(chunk)
-    rows, pos, seen, stride = [], 0, 0, 4 + width
+    rows, pos, seen, stride, prefix = [], 0, 0, 4 + width, width.to_bytes(4, "little")
     while seen < num_values:
         page = page_header(chunk, pos)
         start = pos + page.offset
@@ -213,15 +213,16 @@ def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.nd
         payload = view[start:pos]
         if page.crc is not None and zlib.crc32(payload) != page.crc:
             raise Unhandled("a page's CRC-32 differs from its header's")
-        data = _inflate(payload, page.size, codec) if page.compressed else payload
+        data = _inflate(payload, page.size, codec) if page.compressed else bytes(payload)
         count = page.count
         if len(data) != count * stride:
             raise Unhandled("a page whose values are not all of the expected width")
-        table = np.frombuffer(data, np.uint8).reshape(count, stride)
-        lengths = table[:, :4].view("<u4") if stride % 4 == 0 else table[:, :4].copy().view("<u4")
-        if count and not (lengths == width).all():
-            raise Unhandled("a value of another width")
-        rows.append(table[:, 4:])
+        if count:  # every value's 4-byte length must be width (byte p of each, compared at once)
+            if any(data[p::stride] != bytes([byte]) * count for p, byte in enumerate(prefix)):
+                raise Unhandled("a value of another width")
+            rows.append(np.ndarray((count, width), np.uint8, data, 4, (stride, 1)))  # a view of the page
+        else:
+            rows.append(np.zeros((0, width), np.uint8))
         seen += count
     if seen != num_values or pos != len(chunk):
         raise Unhandled(f"the pages hold {seen} values, the footer says {num_values}")
@@ -264,25 +265,23 @@ def chunk_info(meta, rg: int, column: str = "codes") -> Chunk:
                  None if ids is None else int(ids[0]), None if ids is None else int(ids[1]), stats("graph_id"))
 
 
-def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequence[int],
-                  positions: Sequence[np.ndarray], width: int,
+def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequence[int], width: int,
                   fetch: Callable[[list[tuple[int, int]]], list[bytes]]) -> list[np.ndarray] | None:
-    """The ``codes`` values of some rows of some row groups of one shard: for row group i (its
-    ``chunks[i]``, config ids ``firsts[i]``.., ``sizes[i]`` rows) the rows ``positions[i]`` ((k_i,)
-    int64 within it), each (k_i, width) uint8. The ``config_id`` statistics must say the row group holds
-    exactly those config ids. ``fetch(ranges)`` returns the bytes of each [start, end) range (one read
-    each). None when any chunk or page is not one this reader handles (``Unhandled``, including a failed
-    CRC): then read them with pyarrow."""
+    """The ``codes`` values of some row groups of one shard: for row group i (its ``chunks[i]``, config
+    ids ``firsts[i]``.., ``sizes[i]`` rows) its (sizes[i], width) uint8 values. The ``config_id``
+    statistics must say the row group holds exactly those config ids. ``fetch(ranges)`` returns the
+    bytes of each [start, end) range (one read each). None when any chunk or page is not one this
+    reader handles (``Unhandled``, including a failed CRC): then read them with pyarrow."""
     try:
         for chunk, first, size in zip(chunks, firsts, sizes, strict=True):
-            if chunk.values != size or (chunk.first_id, chunk.last_id) != (first, first + size - 1):
+            if chunk.values != size or chunk.first_id != first or chunk.last_id != first + size - 1:
                 raise Unhandled(f"a row group whose config_id statistics do not say {first}..{first + size - 1}")
         blocks = fetch([(c.start, c.end) for c in chunks])
         out = []
-        for chunk, block, rows in zip(chunks, blocks, positions, strict=True):
+        for chunk, block in zip(chunks, blocks, strict=True):
             if len(block) != chunk.end - chunk.start:
                 raise Unhandled("a short read")
-            out.append(chunk_values(block, chunk.values, chunk.codec, width)[rows])
+            out.append(chunk_values(block, chunk.values, chunk.codec, width))
         return out
     except FatalError:  # the store's one line, a shard that changed: not a page to fall back on
         raise
@@ -344,14 +343,12 @@ def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows:
     decline); ``fetch_of(shard)``: its ``fetch`` (``file_fetch`` / ``store_fetch``), or None to decline.
     None when a shard declines or holds a chunk this reader does not handle (read with pyarrow)."""
     where = np.searchsorted(starts, rows, side="right") - 1
-    out = np.empty((len(rows), width), np.uint8)
-    order = np.argsort(where, kind="stable")  # the sampled rows grouped by row group
-    needed, firsts = np.unique(where[order], return_index=True)
-    bounds = np.append(firsts, len(rows)).tolist()
-    pick = {int(g): order[bounds[j]:bounds[j + 1]] for j, g in enumerate(needed.tolist())}
-    for shard in dict.fromkeys(groups[i][0] for i in pick):
-        mine = [i for i in pick if groups[i][0] == shard]
-        picks = [pick[i] for i in mine]
+    local, where = (rows - starts[where]).tolist(), where.tolist()
+    by_shard: dict[object, list[int]] = {}
+    for i in sorted(set(where)):
+        by_shard.setdefault(groups[i][0], []).append(i)
+    tables: dict[int, np.ndarray] = {}
+    for shard, mine in by_shard.items():
         fetch = fetch_of(shard)
         try:
             chunks = chunks_of(shard, [groups[i][1] for i in mine])
@@ -360,9 +357,11 @@ def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows:
         if fetch is None:
             return None
         got = sampled_codes(chunks, [int(starts[i]) for i in mine], [int(starts[i + 1] - starts[i]) for i in mine],
-                            [rows[p] - starts[i] for p, i in zip(picks, mine, strict=True)], width, fetch)
+                            width, fetch)
         if got is None:
             return None
-        for p, values in zip(picks, got, strict=True):
-            out[p] = values
+        tables.update(zip(mine, got, strict=True))
+    out = np.empty((len(rows), width), np.uint8)
+    for n, (i, at) in enumerate(zip(where, local, strict=True)):
+        out[n] = tables[i][at]
     return out
