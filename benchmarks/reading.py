@@ -42,19 +42,26 @@ def run(shards: Path, src: Path, max_graphs: int = 200, seed: int = 0) -> dict:
             "speedup": t_npz / t_shards if t_shards else float("nan")}
 
 
-def _best_of_rounds(paths: dict, repeat: int, slow: frozenset = frozenset()) -> dict[str, float]:
+def _best_of_rounds(paths: dict, repeat: int, slow: frozenset = frozenset(),
+                    cpu: dict[str, float] | None = None) -> dict[str, float]:
     """Best wall time (s) of each path (a callable) over ``repeat`` rounds: every path is timed once per
     round, in a rotated order (the ``slow`` ones in every third round only), so a change of the machine's
-    speed during the run falls on every path alike and the ratios compare like with like."""
+    speed during the run falls on every path alike and the ratios compare like with like. ``cpu``, when
+    given, receives each path's best CPU time (s, ``process_time``: every thread of the process), the
+    steadier figure on a shared machine (pyarrow's threads make wall time depend on idle cores)."""
     best = dict.fromkeys(paths, float("inf"))
+    if cpu is not None:
+        cpu.update(dict.fromkeys(paths, float("inf")))
     names = list(paths)
     for r in range(repeat):
         for name in names[r % len(names):] + names[:r % len(names)]:
             if name in slow and r % 3:
                 continue
-            start = time.perf_counter()
+            start, spent = time.perf_counter(), time.process_time()
             paths[name]()
             best[name] = min(best[name], time.perf_counter() - start)
+            if cpu is not None:
+                cpu[name] = min(cpu[name], time.process_time() - spent)
     return best
 
 
@@ -123,13 +130,17 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     """k sampled, decoded unique configs of the largest layout graph (or ``graph_id``), warm, best of
     ``repeat``, side by side: the path before issue #14 (``schema1_sample`` on the graph written as
     schema 1 stored it), today's ``load_graph`` of every config + ``node_config_feat(rows)``,
-    ``Dataset.sample_configs`` and the docs/examples sampled readers, timed in rounds
+    ``Dataset.sample_configs`` (its codes pages read directly, ``shards/pages.py``), the same with
+    pyarrow reading the row groups instead (``sample_configs_pyarrow``: the path before issue #28
+    item 5, what ``sample_configs`` falls back to) and the docs/examples sampled readers, timed in rounds
     (``_best_of_rounds``: each path once per round; the two whole-graph paths every third round). A new
     seed per call (no cache of the sample itself); the Dataset is opened once (its footers and index are
     warm, as in training)."""
     import tempfile
+    from unittest import mock
 
     import tpuprep
+    from tpuprep.shards import pages
 
     ds = tpuprep.open_dataset(shards)
     graph_id = graph_id or largest_layout_graph(ds)
@@ -145,6 +156,10 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     def new_path():
         return ds.sample_configs(graph_id, k, seed=next(seeds)).node_config_feat
 
+    def pyarrow_path():
+        with mock.patch.object(pages, "sample_codes", lambda *_: None):  # pages declined: pyarrow reads
+            return ds.sample_configs(graph_id, k, seed=next(seeds)).node_config_feat
+
     new_path()  # warm: footers, index, the graph's tie array
     out = {"graph_id": graph_id, "k": k, "num_unique_configs": c_u}
     check = ds.sample_configs(graph_id, k, seed=3)
@@ -152,7 +167,10 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
         path = Path(tmp) / "configs.parquet"
         out["schema1_configs_bytes"], nc = write_schema1_configs(ds, graph_id, path)
         assert np.array_equal(schema1_sample(path, nc, check.rows)[0], check.node_config_feat)
-        paths = {"sample_configs": new_path, "old_load_graph_decode": old_path,
+        with mock.patch.object(pages, "sample_codes", lambda *_: None):
+            assert np.array_equal(ds.sample_configs(graph_id, k, seed=3).node_config_feat, check.node_config_feat)
+        paths = {"sample_configs": new_path, "sample_configs_pyarrow": pyarrow_path,
+                 "old_load_graph_decode": old_path,
                  "schema1_load_decode": lambda: schema1_sample(
                      path, nc, np.random.default_rng(next(seeds)).choice(c_u, min(k, c_u), replace=False))}
         for name in stacks:
@@ -160,10 +178,18 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
             got = module.sample_configs(str(shards), graph_id, k, 3)  # also warms the example's caches
             assert np.array_equal(got["node_config_feat"], check.node_config_feat), name
             paths[name] = lambda m=module: m.sample_configs(str(shards), graph_id, k, next(seeds))
-        best = _best_of_rounds(paths, repeat, slow=frozenset({"old_load_graph_decode", "schema1_load_decode"}))
+        cpu: dict[str, float] = {}
+        best = _best_of_rounds(paths, repeat, slow=frozenset({"old_load_graph_decode", "schema1_load_decode"}),
+                               cpu=cpu)
     out.update({f"{name}_s": seconds for name, seconds in best.items()})
+    out.update({f"{name}_cpu_s": cpu[name] for name in ("sample_configs", "sample_configs_pyarrow",
+                                                          "old_load_graph_decode")})
     out["speedup_vs_schema1"] = out["schema1_load_decode_s"] / out["sample_configs_s"]
     out["speedup"] = out["old_load_graph_decode_s"] / out["sample_configs_s"]
+    out["speedup_pyarrow_row_groups"] = out["old_load_graph_decode_s"] / out["sample_configs_pyarrow_s"]
+    out["direct_pages_vs_pyarrow"] = out["sample_configs_pyarrow_s"] / out["sample_configs_s"]
+    out["speedup_cpu"] = out["old_load_graph_decode_cpu_s"] / out["sample_configs_cpu_s"]
+    out["speedup_pyarrow_row_groups_cpu"] = out["old_load_graph_decode_cpu_s"] / out["sample_configs_pyarrow_cpu_s"]
     for name in stacks:
         out[f"{name}_vs_sample_configs"] = out[f"{name}_s"] / out["sample_configs_s"]
     return out
@@ -177,5 +203,9 @@ if __name__ == "__main__":
                                  description="sampled reads of the largest layout graph (sampled())")
     ap.add_argument("shards", type=Path)
     ap.add_argument("--repeat", type=int, default=9, help="rounds (the whole-graph paths: every third)")
+    ap.add_argument("--graph", help="the layout graph id (default: the one with the most unique configs)")
+    ap.add_argument("--stacks", default="pyarrow,polars,duckdb",
+                    help="docs/examples readers timed too, comma-separated ('' for none)")
     args = ap.parse_args()
-    print(json.dumps(sampled(args.shards, repeat=args.repeat), indent=1))
+    stacks = tuple(x for x in args.stacks.split(",") if x)
+    print(json.dumps(sampled(args.shards, repeat=args.repeat, graph_id=args.graph, stacks=stacks), indent=1))

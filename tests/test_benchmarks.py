@@ -184,7 +184,7 @@ def test_sampled_read_benchmark_keeps_the_schema1_path_and_every_reader_agrees(s
     res = json.loads(proc.stdout)
     assert res["schema1_configs_bytes"] > 0 and res["num_unique_configs"] > 1
     for key in ("schema1_load_decode_s", "old_load_graph_decode_s", "sample_configs_s", "pyarrow_s", "polars_s",
-                "duckdb_s", "speedup_vs_schema1"):
+                "duckdb_s", "speedup_vs_schema1", "sample_configs_pyarrow_s", "direct_pages_vs_pyarrow"):
         assert res[key] > 0, key
 
 

@@ -53,7 +53,7 @@ from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, sidecar_relpath
-from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
+from .shards.manifest import build_id, build_manifest, write_manifest, write_manifest_to_store
 from .shards.schema import SCHEMA_VERSION
 from .shards.writer import (
     PartFiles,
@@ -222,16 +222,17 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
 
 
 def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,
-               dst: str | Store, opts: BuildOptions) -> list[dict]:
+               dst: str | Store, opts: BuildOptions, build_id: str | None = None) -> list[dict]:
     """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order); on an
-    object store ``staging`` and ``dst`` are ``Store``s."""
+    object store ``staging`` and ``dst`` are ``Store``s. ``build_id``: the manifest's, into every shard."""
     if isinstance(dst, Store):
         infos = merge_parts_to_store(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
-                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
+                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level,
+                                     build_id=build_id)
         return [i.__dict__ for i in infos]
     infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
                         Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
-                        compression_level=opts.compression_level)
+                        compression_level=opts.compression_level, build_id=build_id)
     return [i.__dict__ for i in infos]
 
 
@@ -621,16 +622,16 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
         groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
     _remove_own(dst, ("layout", "tile"))  # shards of an interrupted build: this one writes them anew
     where = (staging, dst) if remote else (str(staging), str(dst))
-    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts)
+    records = [r for d in results for r in d["records"]]
+    all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
+    bid = build_id(opts, all_records)  # the manifest's, repeated in every shard
+    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts, bid)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
     for fut in runner.as_completed(merges):
         shards.extend(fut.result())
         notify("merged", {})
     shards.sort(key=lambda s: s["path"])
-
-    records = [r for d in results for r in d["records"]]
-    all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
     manifest = build_manifest(opts, all_records, shards)
     _publish(dst, manifest, lock)
     _remove_own(dst, (STAGING,))

@@ -147,3 +147,17 @@ def check_shard_schema(pf: pq.ParquetFile, path: Path, table: str) -> None:
             found = f"{have.field(i).type}{'' if have.field(i).nullable else ' not null'}" if i >= 0 else "missing"
             raise BadShards(f"{path}: column {want.name} is {found}, the {table} schema says {want.type}"
                             f"{'' if want.nullable else ' not null'}")
+
+
+def check_graph_groups(meta: pq.FileMetaData, path: Path | str, rgs: list[int], graph_id: str) -> None:
+    """``BadShards`` unless the ``graph_id`` statistics of every layout configs row group ``rgs`` of the
+    shard ``meta`` describes say it holds ``graph_id`` alone: what a read of them returns is that graph's
+    rows, checked on the footer of the file actually read (no column decoded)."""
+    col = meta.schema.names.index("graph_id")
+    for rg in rgs:
+        stats = meta.row_group(rg).column(col).statistics
+        if stats is None or not stats.has_min_max or stats.min != graph_id or stats.max != graph_id:
+            held = "no graph_id statistics" if stats is None or not stats.has_min_max else \
+                f"graph_id {stats.min!r}" + ("" if stats.min == stats.max else f"..{stats.max!r}")
+            raise BadShards(f"{path}: row group {rg} holds {held}, where the configs of {graph_id!r} were "
+                            "expected")

@@ -34,10 +34,14 @@ import pyarrow.parquet as pq
 from ..errors import BadShards, one_line
 from ..io.storage import Store, resolve, scheme_of, storage_error
 from ..kernels.base7 import decode_base7
+from ..kernels.planes import join_planes
 from ..tpugraphs import ConfigCounts, collection_kind, graph_fold
+from . import arguments, pages
+from .derived import expand_tied, safe_normalizer, sample_rows, unique_config_columns
 from .layout import MANIFEST
 from .manifest import COUNT_FIELDS, read_manifest
 from .parquet import (
+    check_graph_groups,
     check_shard_schema,
     chunk_ranges,
     codes_rows,
@@ -47,19 +51,10 @@ from .parquet import (
     read_row_groups,
 )
 from .schema import table_name
+from .stamp import shard_build_id
 
 if TYPE_CHECKING:
     import polars as pl
-
-
-def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
-    """Stored codes (k, nt, 3) int32 → per-node codes (k, nc, 3) int32 through ``tie`` (nc,) int32
-    (``BadShards``-worthy ``IndexError`` when a tie names no stored column). No copy when nothing is tied."""
-    if len(tie) == stored.shape[1] and np.array_equal(tie, np.arange(len(tie))):
-        return stored
-    if len(tie) and (tie.min() < 0 or tie.max() >= stored.shape[1]):
-        raise IndexError(f"config_node_tie names column {int(tie.max())}, the codes hold {stored.shape[1]}")
-    return np.take(stored, tie, axis=1)  # ~4x faster than stored[:, tie]
 
 
 def _taken(table: pa.Table, taken: pa.Table, name: str) -> np.ndarray | None:
@@ -161,18 +156,6 @@ def _read_only(record: GraphRecord) -> GraphRecord:
     return record
 
 
-def safe_normalizer(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The one rule that makes train statistics safe to divide by: (mean, std_safe), float64 copies of
-    the same shape. A non-finite mean becomes 0; a std that is 0 (a column constant over the train
-    split), negative or non-finite becomes 1, so ``(x - mean) / std_safe`` is finite and leaves a
-    constant column centred instead of dividing by zero."""
-    mean = np.array(mean, np.float64)
-    std = np.array(std, np.float64)
-    mean[~np.isfinite(mean)] = 0.0
-    std[~np.isfinite(std) | (std <= 0)] = 1.0
-    return mean, std
-
-
 @dataclass
 class ConfigSample:
     """k sampled unique configs of one graph (``Dataset.sample_configs``). Every array is a fresh,
@@ -207,53 +190,6 @@ class ConfigSample:
 
 class _RowOutOfRange(Exception):
     """A row ``read_configs`` was asked for is not one of the graph's unique configs."""
-
-
-def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
-    """The rows ``sample_configs`` draws: ``numpy.random.default_rng(seed).choice(num_unique,
-    min(k, num_unique), replace=False)`` as (k',) int64, in the order drawn (distinct)."""
-    if k < 0:
-        raise ValueError(f"k must be ≥ 0, got {k}")
-    rng = np.random.default_rng(seed)
-    return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
-
-
-def unique_config_columns(structure: GraphRecord) -> dict[str, np.ndarray | None]:
-    """The per-unique-config columns of a layout graph, derived from its structure alone
-    (``load_graph(graph_id, configs=False)``: ``config_inverse`` (c,) and ``config_runtime_original``
-    (c,)), equal to the stored ones by the dedup rules (unique ids in order of first occurrence; each
-    keeps its group's smallest runtime): ``group_size``, ``first_index`` (c_u,) int32, ``runtime`` and
-    ``runtime_spread`` (c_u,) int64 ns (None on test). O(c log c) NumPy, no shard read: pass them to
-    ``Dataset.read_configs(..., columns=)`` so that a sample reads only the configs' codes.
-    ``ValueError`` when ``config_inverse`` does not number the groups in order of first occurrence."""
-    inverse = np.asarray(structure.config_inverse, np.int64)
-    if structure.kind != "layout":
-        raise ValueError(f"{structure.graph_id} is a tile graph: only layout columns are derived")
-    if not len(inverse):
-        empty = np.zeros(0, np.int64)
-        return {"group_size": empty.astype(np.int32), "first_index": empty.astype(np.int32),
-                "runtime": None if structure.config_runtime_original is None else empty,
-                "runtime_spread": None if structure.config_runtime_original is None else empty}
-    running = np.maximum.accumulate(inverse)
-    first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
-    if inverse[0] != 0 or not np.array_equal(inverse[first], np.arange(len(first))):
-        raise ValueError(f"{structure.graph_id}: config_inverse does not number its groups in order "
-                         "of first occurrence")
-    group_size = np.bincount(inverse, minlength=len(first))
-    out: dict[str, np.ndarray | None] = {"group_size": group_size.astype(np.int32),
-                                         "first_index": first.astype(np.int32),
-                                         "runtime": None, "runtime_spread": None}
-    if structure.config_runtime_original is not None:
-        order = np.argsort(inverse, kind="stable")
-        starts = np.zeros(len(first), np.int64)
-        np.cumsum(group_size[:-1], out=starts[1:])
-        runtimes = np.asarray(structure.config_runtime_original, np.int64)[order]
-        out["runtime"] = np.minimum.reduceat(runtimes, starts)
-        out["runtime_spread"] = np.maximum.reduceat(runtimes, starts) - out["runtime"]
-    for value in out.values():
-        if value is not None:
-            value.flags.writeable = False
-    return out
 
 
 def _nbytes(columns: dict[str, np.ndarray | None]) -> int:
@@ -348,6 +284,8 @@ class Dataset:
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
         self._files: dict[Path, pq.ParquetFile] = {}
+        self._inodes: dict[Path, tuple[int, int, int, int]] = {}  # identity of the files _files opened
+        self._chunks: dict[tuple[Path, int], pages.Chunk] = {}  # codes chunks of sampled row groups
         self._ties: dict[str, np.ndarray] = {}
         self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
         self._derived_bytes = 0
@@ -360,7 +298,7 @@ class Dataset:
         return list(self.manifest["collections"])
 
     def splits(self, collection: str) -> list[str]:
-        return list(self.manifest["collections"][collection]["splits"])
+        return list(self.manifest["collections"][arguments.name("collection", collection)]["splits"])
 
     @cached_property
     def _graphs(self) -> dict[str, tuple[str, str]]:
@@ -369,6 +307,7 @@ class Dataset:
 
     def graph_ids(self, collection: str | None = None, split: str | None = None) -> list[str]:
         """Graph ids (sorted) of a collection and/or split."""
+        collection, split = arguments.name("collection", collection, True), arguments.name("split", split, True)
         return sorted(g for g, (c, s) in self._graphs.items()
                       if (collection is None or c == collection) and (split is None or s == split))
 
@@ -396,7 +335,7 @@ class Dataset:
 
     def fold(self, graph_id: str) -> int:
         """The graph's grouped K-fold id (K = the build's --folds)."""
-        return graph_fold(graph_id, self.manifest["options"]["folds"])
+        return graph_fold(arguments.graph_id(graph_id), self.manifest["options"]["folds"])
 
     def shard_path(self, i: int) -> Path | str:
         """The file of ``manifest["shards"][i]``, confined to the dataset folder: a relative POSIX path
@@ -451,23 +390,35 @@ class Dataset:
 
     def open_shard(self, path: Path | str) -> pq.ParquetFile:
         """A shard (a path from ``shard_path``) opened for reading with page checksums verified;
-        remotely through ``Store.open_ranged``: footer and row groups are ranged GETs."""
+        remotely through ``Store.open_ranged``: footer and row groups are ranged GETs. ``BadShards``
+        naming the folder when the shard is not of the manifest's build (rebuilt since ``open_dataset``)."""
         if self.store.is_local:
-            return open_parquet(path)
-        try:
-            source = self.store.open_ranged(str(path), self._sizes.get(str(path)))
-        except FileNotFoundError:
-            raise BadShards(f"{path}: the shard does not exist (it did when the dataset was opened)") from None
-        except OSError as exc:
-            raise storage_error(exc, str(path), self.store) from None
-        return open_parquet(path, source)
+            if not os.path.exists(path):
+                raise self._changed(f"{path} no longer exists")
+            pf = open_parquet(path)
+        else:
+            try:
+                source = self.store.open_ranged(str(path), self._sizes.get(str(path)))
+            except FileNotFoundError:
+                raise self._changed(f"{path} no longer exists") from None
+            except OSError as exc:
+                raise storage_error(exc, str(path), self.store) from None
+            pf = open_parquet(path, source)
+        found, want = shard_build_id(pf.metadata.metadata), self.manifest.get("build_id")
+        if found != want:
+            raise self._changed(f"{path} is from build {found}, its manifest was of build {want}")
+        return pf
+
+    def _changed(self, detail: str) -> BadShards:
+        """The one line of a shard folder rebuilt under this open Dataset."""
+        return BadShards(f"{self.root}: the shard folder changed after it was opened ({detail}): open it again")
 
     def _index(self, collection: str, split: str) -> _ShardIndex:
         key = (collection, split)
         if key not in self._indexes:
             shards = [(self.shard_path(i), s["table"]) for i, s in enumerate(self.manifest["shards"])
                       if s["collection"] == collection and s["split"] == split]
-            self._indexes[key] = _ShardIndex(shards, open_parquet if self.store.is_local else self._parquet)
+            self._indexes[key] = _ShardIndex(shards, self.open_shard if self.store.is_local else self._parquet)
         return self._indexes[key]
 
     def _row_group(self, path: Path, rg: int) -> pa.Table:
@@ -475,7 +426,7 @@ class Dataset:
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        pf = open_parquet(path) if self.store.is_local else self._parquet(path)  # remote: footer once
+        pf = self.open_shard(path) if self.store.is_local else self._parquet(path)  # remote: footer once
         table = read_row_group(pf, path, rg)
         self._cache[key] = table
         if len(self._cache) > self._cache_size:
@@ -484,7 +435,7 @@ class Dataset:
 
     def _graph_row_group(self, graph_id: str) -> tuple[_ShardIndex, Path, pa.Table, int]:
         """(index of its collection and split, graphs shard, row group table, row) of a listed graph."""
-        if graph_id not in self._graphs:
+        if arguments.graph_id(graph_id) not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         collection, split = self._graphs[graph_id]
         index = self._index(collection, split)
@@ -492,12 +443,18 @@ class Dataset:
             raise BadShards(f"{self.manifest_path}: graph {graph_id!r} is listed, but no {split} graphs "
                             f"shard of {collection} holds it")
         path, rg, row = index.graph_rows[graph_id]
-        return index, path, self._row_group(path, rg), row
+        table = self._row_group(path, rg)
+        found = table.column("graph_id")[row].as_py() if row < table.num_rows else None
+        if found != graph_id:
+            raise BadShards(f"{path}: row {row} of row group {rg} holds graph {found!r}, not {graph_id!r}: "
+                            f"the shard changed under the open dataset {self.root}?")
+        return index, path, table, row
 
     def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
         """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
         the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
         row; no configs shard is opened), every per-unique-config array None."""
+        configs = arguments.flag("configs", configs)
         index, path, g, row = self._graph_row_group(graph_id)
         collection, split = self._graphs[graph_id]
         if not configs:
@@ -516,6 +473,7 @@ class Dataset:
             if collection_kind(collection) == "layout":  # the graph's own (small) row groups, one read per shard
                 for cpath in dict.fromkeys(p for p, _ in groups):
                     rgs = [rg for p, rg in groups if p == cpath]
+                    check_graph_groups(self._parquet(cpath).metadata, cpath, rgs, graph_id)
                     pieces.append(read_row_groups(self._parquet(cpath), cpath, rgs))
             for cpath, crg in groups if collection_kind(collection) == "tile" else ():
                 t = self._row_group(cpath, crg)
@@ -588,9 +546,13 @@ class Dataset:
         return _read_only(record)
 
     def _parquet(self, path: Path) -> pq.ParquetFile:
-        """An open shard, kept open for later sampled reads (footer parsed once)."""
+        """An open shard, kept open for later sampled reads (footer parsed once); locally the identity
+        of the file it opened is kept too, for the direct page reads of ``_fetcher``."""
         if path not in self._files:
+            before = pages.identity(path) if self.store.is_local else None
             self._files[path] = self.open_shard(path)
+            if before is not None and pages.identity(path) == before:
+                self._inodes[path] = before
         return self._files[path]
 
     def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
@@ -603,11 +565,11 @@ class Dataset:
         per-config columns derived from it (``unique_config_columns``: group sizes, first indices,
         runtimes, spreads; kept for up to ``DERIVED_BYTES`` of graphs). Tile: the graph's configs
         rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
-        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``.
+        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``. ``TypeError`` / ``ValueError``
+        naming the argument unless ``k`` and ``seed`` are integers ≥ 0 (``shards.arguments``).
         """
         self._where(graph_id)
-        if k < 0:
-            raise ValueError(f"k must be ≥ 0, got {k}")
+        k, seed = arguments.count("k", k), arguments.seed(seed)
         return self._configs(graph_id, lambda count: sample_rows(count, k, seed), derive=True)
 
     def read_configs(self, graph_id: str, rows: np.ndarray | list[int],
@@ -619,11 +581,11 @@ class Dataset:
         only ``config_id`` and ``codes`` are read and the small per-config fields are taken from it
         (what ``ConfigBatches`` and ``sample_configs`` do: ~3× fewer column chunks to read per
         sample). Without it every stored column of those row groups is read (what ``verify`` checks).
-        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph."""
-        wanted = np.asarray(rows)
-        if wanted.ndim != 1 or (wanted.size and not np.issubdtype(wanted.dtype, np.integer)):
-            raise ValueError(f"rows must be a 1-D array of integers, got shape {wanted.shape} {wanted.dtype}")
-        wanted = wanted.astype(np.int64)
+        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph, ``TypeError`` /
+        ``ValueError`` naming ``rows`` or ``columns`` when they are not integers / that graph's columns."""
+        if collection_kind(self._where(graph_id)[0]) == "layout":
+            columns = arguments.config_columns(columns, self.num_unique_configs(graph_id))
+        wanted = arguments.rows(rows)
 
         def check(count: int) -> np.ndarray:
             if wanted.size and (wanted.min() < 0 or wanted.max() >= count):
@@ -653,8 +615,11 @@ class Dataset:
         try:
             pieces = []
             for path in dict.fromkeys(p for p, _ in groups):
-                t = read_row_groups(self._parquet(path), path, [rg for p, rg in groups if p == path],
-                                    ["graph_id", "config_id", "runtime"], use_threads=False)
+                rgs = [rg for p, rg in groups if p == path]
+                if collection_kind(collection) == "layout":
+                    check_graph_groups(self._parquet(path).metadata, path, rgs, graph_id)
+                t = read_row_groups(self._parquet(path), path, rgs, ["graph_id", "config_id", "runtime"],
+                                    use_threads=False)
                 if collection_kind(collection) == "tile":
                     t = t.filter(pc.equal(t.column("graph_id"), graph_id))
                 pieces.append(t)
@@ -673,7 +638,7 @@ class Dataset:
 
     def _where(self, graph_id: str) -> tuple[str, str]:
         """(collection, split) of a listed graph (``KeyError`` otherwise)."""
-        if graph_id not in self._graphs:
+        if arguments.graph_id(graph_id) not in self._graphs:
             raise KeyError(f"no graph {graph_id!r} in {self.root}")
         return self._graphs[graph_id]
 
@@ -721,14 +686,39 @@ class Dataset:
                        columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
         """The configs ``rows`` of a layout graph whose row groups are ``groups`` with first config_ids
         ``starts`` (``_ShardIndex.config_plan``): only the row groups holding a row are read."""
+        nt = int(tie.max()) + 1 if len(tie) else 0
+        direct = None if columns is None or not len(rows) else pages.sample_codes(
+            groups, starts, rows, 12 * nt, lambda path, rgs: self._chunks_of(path, rgs, graph_id), self._fetcher)
+        if direct is not None:  # the codes pages read directly (pages.py); else pyarrow reads the row groups
+            stored, table, taken = join_planes(direct).reshape(len(rows), nt, 3), None, None
+        else:
+            stored, table, taken = self._sampled_table(graph_id, groups, starts, rows, nt, columns is not None)
+        if columns is not None:
+            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
+                      "first_index": columns["first_index"][rows]}
+            for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
+                fields[name] = None if columns[key] is None else columns[key][rows]
+        else:
+            fields = _sample_fields(graph_id, rows, table, taken)
+        return ConfigSample(
+            **fields,
+            # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
+            node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
+            np.zeros((0, len(tie), 18), np.int8),
+        )
+
+    def _sampled_table(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray, rows: np.ndarray,
+                       nt: int, derived: bool) -> tuple[np.ndarray, pa.Table, pa.Table]:
+        """(stored codes (k, nt, 3) int32, the row groups read, the rows taken) of ``rows`` read with
+        pyarrow: ``config_id`` and ``codes`` (``derived``) or every column."""
         sizes = np.diff(starts)
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
-            t = self._read_sampled(path, [groups[i][1] for i in mine],
-                                   ["config_id", "codes"] if columns else _SAMPLE_COLUMNS["layout"])
+            t = self._read_sampled(path, [groups[i][1] for i in mine], graph_id,
+                                   ["config_id", "codes"] if derived else _SAMPLE_COLUMNS["layout"])
             base = sum(p.num_rows for p in pieces)
             at = base
             for i in mine:
@@ -743,30 +733,47 @@ class Dataset:
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
         taken = table.take(pa.array(pos))
-        stored = codes_rows(taken.column("codes"), len(rows), nt=int(tie.max()) + 1 if len(tie) else 0) if len(rows) else \
-            np.zeros((0, 0, 3), np.int32)
-        if columns is not None:
-            if len(columns["group_size"]) != starts[-1]:
-                raise ValueError(f"{len(columns['group_size'])} unique configs in the columns given, "
-                                 f"the shards hold {int(starts[-1])}")
-            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
-                      "first_index": columns["first_index"][rows]}
-            for name, key in (("config_runtime", "runtime"), ("config_runtime_spread", "runtime_spread")):
-                fields[name] = None if columns[key] is None else columns[key][rows]
-        else:
-            fields = _sample_fields(graph_id, rows, table, taken)
-        return ConfigSample(
-            **fields,
-            # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
-            node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
-            np.zeros((0, len(tie), 18), np.int8),
-        )
+        stored = codes_rows(taken.column("codes"), len(rows), nt=nt) if len(rows) else np.zeros((0, 0, 3), np.int32)
+        return stored, table, taken
 
-    def _read_sampled(self, path: Path | str, rgs: list[int], columns: list[str]) -> pa.Table:
-        """Row groups ``rgs`` (``columns`` only) of a shard, for a sample. Remotely their column chunks
-        are fetched first, all at once and concurrently (``Store.open_prefetched``), then decoded with
-        page checksums verified as always: a sample costs one round trip, not one per row group."""
+    def _chunks_of(self, path: Path | str, rgs: list[int], graph_id: str) -> list[pages.Chunk]:
+        """The ``codes`` chunks of row groups ``rgs`` of an open shard (``pages.chunk_info``, read from its
+        footer once), which must hold ``graph_id`` alone (else ``BadShards``, as ``check_graph_groups``)."""
+        out = []
+        for rg in rgs:
+            chunk = self._chunks.get((path, rg))
+            if chunk is None:
+                chunk = self._chunks[(path, rg)] = pages.chunk_info(self._parquet(path).metadata, rg)
+            if chunk.graph_ids != (graph_id, graph_id):
+                check_graph_groups(self._parquet(path).metadata, path, [rg], graph_id)  # raises
+            out.append(chunk)
+        return out
+
+    def _fetcher(self, path: Path | str) -> Callable | None:
+        """``pages``' fetch of byte ranges of an open shard: locally ``pread``s of the very file whose
+        footer ``_parquet`` read (None when it was replaced since: pyarrow then reads the open one);
+        remotely one concurrent ``cat_ranges``, failures as the store's one line."""
+        if self.store.is_local:
+            known = self._inodes.get(path)
+            return None if known is None else pages.file_fetch(path, known)
+        remote = pages.store_fetch(self.store.fs, self.store.fs._strip_protocol(str(path)))
+
+        def fetch_remote(ranges: list[tuple[int, int]]) -> list[bytes]:
+            try:
+                return remote(ranges)
+            except FileNotFoundError:
+                raise self._changed(f"{path} no longer exists") from None
+            except OSError as exc:
+                raise storage_error(exc, str(path), self.store) from None
+        return fetch_remote
+
+    def _read_sampled(self, path: Path | str, rgs: list[int], graph_id: str, columns: list[str]) -> pa.Table:
+        """Row groups ``rgs`` (``columns`` only) of a shard, all of ``graph_id`` (``check_graph_groups``),
+        for a sample. Remotely their column chunks are fetched first, all at once and concurrently
+        (``Store.open_prefetched``), then decoded with page checksums verified as always: a sample costs
+        one round trip, not one per row group."""
         pf = self._parquet(path)
+        check_graph_groups(pf.metadata, path, rgs, graph_id)
         if self.store.is_local:
             return read_row_groups(pf, path, rgs, columns, use_threads=False)
         url = str(path)
@@ -774,7 +781,7 @@ class Dataset:
             source = self.store.open_prefetched(url, chunk_ranges(pf.metadata, rgs, columns),
                                                 self._sizes[url])  # set by shard_path
         except FileNotFoundError:
-            raise BadShards(f"{url}: the shard does not exist (it did when the dataset was opened)") from None
+            raise self._changed(f"{url} no longer exists") from None
         except OSError as exc:
             raise storage_error(exc, url, self.store) from None
         part = pq.ParquetFile(source, metadata=pf.metadata, page_checksum_verification=True)
@@ -893,10 +900,9 @@ class Dataset:
         graph, ``BadShards`` as in :meth:`sample_configs`.
         """
         self._where(graph_id)
-        if rows_per_block < 1:
-            raise ValueError(f"rows_per_block must be ≥ 1, got {rows_per_block}")
+        rows_per_block = arguments.count("rows_per_block", rows_per_block, 1)
         c_u = self.num_unique_configs(graph_id)
-        want = np.arange(c_u, dtype=np.int64) if rows is None else np.asarray(rows, np.int64).reshape(-1)
+        want = np.arange(c_u, dtype=np.int64) if rows is None else arguments.rows(rows)
         if len(want) and (want.min() < 0 or want.max() >= c_u):
             raise ValueError(f"rows of {graph_id!r} must lie in 0..{c_u - 1}")
         for piece in self._config_blocks(graph_id, want, rows_per_block):

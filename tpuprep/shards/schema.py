@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pyarrow is imported where it is used: reading the manifest does not need it
     import pyarrow as pa
 
-SCHEMA_VERSION = "3.1"
+SCHEMA_VERSION = "3.2"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVE_NAMES = ("string", "binary", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",

@@ -32,6 +32,7 @@ from ..io.files import atomic_path, place, sha256_file
 from ..io.storage import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
+from .stamp import place_stamped, schema_metadata
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
@@ -212,9 +213,11 @@ def parquet_options(table: str, compression_level: int) -> dict:
             **table_schema(table).parquet_options(compression_level)}
 
 
-def _writer(path: Path, table: str, compression_level: int) -> pq.ParquetWriter:
-    """A Parquet writer for one shard of ``table`` (``parquet_options``)."""
-    return pq.ParquetWriter(path, table_schema(table).arrow, **parquet_options(table, compression_level))
+def _writer(path: Path, table: str, compression_level: int, build_id: str | None = None) -> pq.ParquetWriter:
+    """A Parquet writer for one shard of ``table`` (``parquet_options``), the build id in its metadata."""
+    schema = table_schema(table).arrow
+    schema = schema.with_metadata(schema_metadata(schema.metadata, build_id))
+    return pq.ParquetWriter(path, schema, **parquet_options(table, compression_level))
 
 
 PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
@@ -367,11 +370,11 @@ def _configs_shards(kind: str, collection: str, split: str, parts: Sequence[Part
 
 
 def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], staging: Path,
-                        compression_level: int) -> int:
+                        compression_level: int, build_id: str | None = None) -> int:
     """Write one ``graphs`` shard at ``path`` from the graph parts ``chosen`` (under ``staging``);
     returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile."""
     rows = 0
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level) as w:
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level, build_id) as w:
         pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
         if kind == "tile":
             pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
@@ -399,18 +402,23 @@ def merge_parts(
     *,
     shard_bytes: int,
     compression_level: int,
+    build_id: str | None = None,
 ) -> list[ShardInfo]:
     """Place the shards of one (collection, split) from its parts, given in graph-id order.
 
     ``configs``: each part's configs file becomes shard i of N as it is (no re-encoding).
     ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
     (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile.
+    ``build_id`` (the manifest's) goes into every shard's key-value metadata (``shards.stamp``).
     """
     infos = _configs_shards(kind, collection, split, parts)
     for p, info in zip(parts, infos, strict=True):
         path = dst / info.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        place(staging / p.configs, path)
+        if build_id is None:
+            place(staging / p.configs, path)
+        else:
+            info.sha256, info.bytes = place_stamped(staging / p.configs, path, build_id)
         checkpoint("shard")
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
     for i, members in enumerate(plan):
@@ -418,7 +426,7 @@ def merge_parts(
         path = dst / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         chosen = [parts[j] for j in members]
-        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level)
+        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level, build_id)
         checkpoint("shard")
         infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
     return infos
@@ -441,12 +449,21 @@ def write_parts_to_store(graphs: Sequence[ConvertedGraph], staging: Store, name:
 
 
 def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence[PartFiles], staging: Store,
-                         dst: Store, *, shard_bytes: int, compression_level: int) -> list[ShardInfo]:
-    """``merge_parts`` in an object store: configs parts are copied inside the store; the graph parts
-    of each ``graphs`` shard are fetched to a local temporary folder, merged there and uploaded."""
+                         dst: Store, *, shard_bytes: int, compression_level: int,
+                         build_id: str | None = None) -> list[ShardInfo]:
+    """``merge_parts`` in an object store: configs parts are copied inside the store (with a
+    ``build_id``: fetched, stamped and uploaded); the graph parts of each ``graphs`` shard are fetched
+    to a local temporary folder, merged there and uploaded."""
     infos = _configs_shards(kind, collection, split, parts)
     for p, info in zip(parts, infos, strict=True):
-        dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
+        if build_id is None:
+            dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
+        else:
+            with tempfile.TemporaryDirectory(prefix="tpuprep-stamp-") as tmp:
+                staging.get_file(p.configs, Path(tmp) / "part.parquet")
+                info.sha256, info.bytes = place_stamped(Path(tmp) / "part.parquet", Path(tmp) / "shard.parquet",
+                                                        build_id)
+                dst.put_file(Path(tmp) / "shard.parquet", info.path)
         checkpoint("shard")
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
     for i, members in enumerate(plan):
@@ -458,7 +475,7 @@ def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence
                 (local / p.graphs).parent.mkdir(parents=True, exist_ok=True)
                 staging.get_file(p.graphs, local / p.graphs)
             path = local / "shard.parquet"
-            rows = _write_graphs_shard(path, kind, chosen, local, compression_level)
+            rows = _write_graphs_shard(path, kind, chosen, local, compression_level, build_id)
             infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
             dst.put_file(path, rel)
         checkpoint("shard")

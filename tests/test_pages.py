@@ -1,0 +1,248 @@
+"""Issue #28 item 5: sampled reads of layout codes straight from their pages (``tpuprep/shards/pages.py``),
+bit for bit what pyarrow reads, locally and from a real S3 server; anything the direct reader does not
+handle (another encoding, a dictionary, a corrupt page) goes to pyarrow, never to a guess."""
+
+from __future__ import annotations
+
+import io
+from unittest import mock
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from s3server import upload_folder
+
+import tpuprep
+from tpuprep.errors import BadShards
+from tpuprep.shards import pages
+from tpuprep.shards.schema import table_schema
+from tpuprep.shards.writer import parquet_options
+
+
+def _shard(sizes: list[int], nt: int, seed: int, **overrides) -> tuple[bytes, np.ndarray]:
+    """A layout_configs shard of one graph written with the build's options (row groups of ``sizes``
+    configs, codes of ``nt`` columns): (file bytes, (c_u, 12·nt) uint8 codes)."""
+    rng = np.random.default_rng(seed)
+    c_u = sum(sizes)
+    codes = rng.integers(0, 256, (c_u, 12 * nt), dtype=np.uint8)
+    codes[:, 9 * nt:] = 0  # plane 3 of real codes is zero: long runs, as zstd sees them
+    schema = table_schema("layout_configs").arrow
+    table = pa.table({
+        "graph_id": pa.array(["layout:xla:default:g"] * c_u, pa.string()),
+        "config_id": pa.array(np.arange(c_u, dtype=np.int32)),
+        "runtime": pa.array(rng.integers(1, 10**6, c_u), pa.int64()),
+        "runtime_spread": pa.array(np.zeros(c_u, np.int64)),
+        "group_size": pa.array(np.ones(c_u, np.int32)),
+        "first_index": pa.array(np.arange(c_u, dtype=np.int32)),
+        "codes": pa.array([bytes(r) for r in codes], pa.binary()),
+    }, schema=schema)
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, schema, **(parquet_options("layout_configs", 3) | overrides)) as w:
+        at = 0
+        for size in sizes:
+            w.write_table(table.slice(at, size), row_group_size=size)
+            at += size
+    return buf.getvalue(), codes
+
+
+def _direct(data: bytes, sizes: list[int], rows: np.ndarray, nt: int) -> np.ndarray | None:
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    groups = [("shard", rg) for rg in range(len(sizes))]
+    return pages.sample_codes(groups, starts, rows, 12 * nt,
+                              lambda _, rgs: [pages.chunk_info(meta, rg) for rg in rgs],
+                              lambda _: lambda ranges: [data[a:b] for a, b in ranges])
+
+
+def _pyarrow(data: bytes, rows: np.ndarray) -> np.ndarray:
+    """The oracle: the whole codes column read by pyarrow with page checksums verified."""
+    column = pq.ParquetFile(io.BytesIO(data), page_checksum_verification=True).read(["codes"]).column(0)
+    values = column.to_pylist()
+    width = len(values[0]) if values else 0
+    return np.array([np.frombuffer(values[r], np.uint8) for r in rows], np.uint8).reshape(len(rows), width)
+
+
+@settings(max_examples=60)
+@given(sizes=st.lists(st.integers(1, 80), min_size=1, max_size=12), nt=st.integers(1, 40),
+       k=st.integers(0, 200), seed=st.integers(0, 2**32 - 1), page_rows=st.sampled_from([None, 7, 33]))
+def test_direct_pages_equal_pyarrow_bit_for_bit(sizes, nt, k, seed, page_rows):
+    """Random shards (row group sizes, code widths, several pages per chunk or one), random samples
+    (k beyond c_u: rows repeat; any order): the direct path returns exactly pyarrow's bytes."""
+    extra = {} if page_rows is None else {"data_page_size": page_rows * (4 + 12 * nt)}
+    data, codes = _shard(sizes, nt, seed, **extra)
+    rows = np.random.default_rng(seed).integers(0, sum(sizes), k).astype(np.int64)
+    got = _direct(data, sizes, rows, nt)
+    assert got is not None
+    assert got.dtype == np.uint8 and got.shape == (k, 12 * nt)
+    assert np.array_equal(got, _pyarrow(data, rows))
+    assert np.array_equal(got, codes[rows])
+
+
+def _options(case: str) -> dict:
+    base = parquet_options("layout_configs", 3)
+    if case == "dictionary":
+        base.pop("column_encoding", None)
+        return base | {"use_dictionary": ["codes"]}
+    if case == "delta":
+        return base | {"column_encoding": {**base.get("column_encoding", {}), "codes": "DELTA_BYTE_ARRAY"}}
+    return base | {"v2": {"data_page_version": "2.0"}, "snappy": {"compression": "snappy", "compression_level": None}}[case]
+
+
+@pytest.mark.parametrize("case", ["dictionary", "delta", "snappy", "v2"])
+def test_what_the_direct_reader_does_not_handle_is_declined_or_exact(case):
+    """Another encoding, a dictionary or another codec: None (pyarrow reads it); v2 data pages, which
+    it does read, must still equal pyarrow."""
+    options = _options(case)
+    sizes = [20, 30, 14]
+    with mock.patch(f"{__name__}.parquet_options", lambda *_: options):
+        data, _ = _shard(sizes, 5, 1)
+    rows = np.array([0, 25, 63, 3], np.int64)
+    try:
+        got = _direct(data, sizes, rows, 5)
+    except pages.Unhandled:  # chunk_info declines a chunk it does not handle
+        got = None
+    if case == "v2":
+        assert got is not None and np.array_equal(got, _pyarrow(data, rows))
+    else:
+        assert got is None
+
+
+def test_a_flipped_byte_is_declined_never_decoded():
+    sizes = [40, 40]
+    data, _ = _shard(sizes, 6, 2)
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    chunk = pages.chunk_info(meta, 1)
+    bad = bytearray(data)
+    bad[chunk.end - 5] ^= 0x40  # inside the last page's compressed bytes: its CRC no longer matches
+    assert _direct(bytes(bad), sizes, np.array([50, 0]), 6) is None
+    assert _direct(data, sizes, np.array([50, 0]), 6) is not None
+
+
+def test_page_header_decoder_reads_thrift_compact():
+    # PageHeader{1: DATA_PAGE, 2: 100, 3: 60, 4: crc -5, 5: DataPageHeader{1: 3, 2: PLAIN, 3: RLE, 4: RLE}}
+    header = bytes([0x15, 0x00, 0x15, 0xC8, 0x01, 0x15, 0x78, 0x15, 0x09, 0x1C,
+                    0x15, 0x06, 0x15, 0x00, 0x15, 0x06, 0x15, 0x06, 0x00, 0x00])
+    fields, end = pages.thrift_struct(header)
+    assert end == len(header)
+    assert fields == {1: 0, 2: 100, 3: 60, 4: -5, 5: {1: 3, 2: 0, 3: 3, 4: 3}}
+    with pytest.raises(IndexError):
+        pages.thrift_struct(header[:7])
+
+
+@pytest.fixture(scope="module")
+def ds(synth_shards):
+    return tpuprep.open_dataset(synth_shards)
+
+
+def _layout_ids(ds):
+    return [g for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)]
+
+
+def _samples(ds, gids, k=9):
+    return {(g, seed): ds.sample_configs(g, k, seed) for g in gids for seed in (0, 1)}
+
+
+def test_sample_configs_reads_pages_directly_and_equals_pyarrow(ds):
+    calls = []
+    real = pages.sampled_codes
+    with mock.patch.object(pages, "sampled_codes", lambda *a: calls.append(1) or real(*a)):
+        direct = _samples(ds, _layout_ids(ds))
+    assert calls, "the direct page reader was not used"
+    fresh = tpuprep.open_dataset(ds.root)
+    with mock.patch.object(pages, "sample_codes", lambda *a: None):
+        oracle = _samples(fresh, _layout_ids(fresh))
+    for key, sample in direct.items():
+        for name in ("rows", "node_config_feat", "config_runtime", "group_size", "first_index"):
+            a, b = getattr(sample, name), getattr(oracle[key], name)
+            assert (a is None and b is None) or (a.dtype == b.dtype and np.array_equal(a, b)), (key, name)
+
+
+def test_a_corrupt_codes_page_is_bad_shards_through_pyarrow(synth_shards, tmp_path):
+    import shutil
+
+    dst = tmp_path / "shards"
+    shutil.copytree(synth_shards, dst)
+    ds = tpuprep.open_dataset(dst)
+    gid = max(_layout_ids(ds), key=ds.num_unique_configs)
+    groups, _ = ds._index(*ds._where(gid)).config_plan(gid)
+    path, rg = groups[0]
+    chunk = pages.chunk_info(pq.ParquetFile(path).metadata, rg)
+    with open(path, "r+b") as fh:
+        fh.seek(chunk.end - 3)
+        byte = fh.read(1)
+        fh.seek(chunk.end - 3)
+        fh.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(BadShards, match=rf"{path.name}: row groups? .*corrupt"):
+        ds.sample_configs(gid, ds.num_unique_configs(gid))
+
+
+def test_remote_direct_reads_equal_local(ds, synth_shards, bucket):
+    remote = tpuprep.open_dataset(upload_folder(synth_shards, f"{bucket}/shards"))
+    calls = []
+    real = pages.sampled_codes
+    with mock.patch.object(pages, "sampled_codes", lambda *a: calls.append(1) or real(*a)):
+        got = _samples(remote, _layout_ids(remote))
+    assert calls
+    for key, sample in _samples(ds, _layout_ids(ds)).items():
+        assert np.array_equal(sample.node_config_feat, got[key].node_config_feat), key
+        assert np.array_equal(sample.rows, got[key].rows), key
+
+
+def test_a_shard_replaced_after_its_footer_was_read_is_not_read_with_it(tmp_path):
+    """The direct reader reads the very file whose footer the Dataset holds: after the folder is rebuilt
+    (other rows at the same offsets), it declines, and pyarrow reads the file it holds open, so the
+    sample is the one the open Dataset's index describes, bit for bit."""
+    from npzfactory import layout_arrays, write
+
+    from tpuprep.build import build
+
+    def source(names):
+        root = tmp_path / "-".join(names)
+        for i, name in enumerate(names):
+            write(root, f"layout/xla/default/train/{name}.npz", layout_arrays(seed=ord(name), c=200 + 50 * i))
+        return root
+
+    dst = tmp_path / "shards"
+    build(source(["a", "b", "c"]), dst)
+    ds = tpuprep.open_dataset(dst)
+    gid = ds.graph_ids()[1]
+    before = ds.sample_configs(gid, 40, seed=5)  # the shard's footer is read and kept
+    build(source(["a", "x", "c"]), dst, overwrite=True)  # the same shard names, other bytes
+    fetched = []
+    real_fetch = pages.file_fetch
+
+    def spy(path, known):
+        fetch = real_fetch(path, known)
+
+        def wrapped(ranges):
+            try:
+                return fetch(ranges)
+            except pages.Unhandled:
+                fetched.append("declined")
+                raise
+        return wrapped
+
+    with mock.patch.object(pages, "file_fetch", spy):
+        after = ds.sample_configs(gid, 40, seed=5)
+    assert fetched == ["declined"]
+    assert np.array_equal(after.node_config_feat, before.node_config_feat)
+    assert np.array_equal(after.rows, before.rows)
+
+
+def test_values_of_mixed_widths_are_declined_even_when_the_page_size_fits():
+    """Values of 12 and 36 bytes alternating fill a page exactly as 24-byte values would: the length of
+    every value is checked, not the page's size alone."""
+    values = [bytes([i]) * (12 if i % 2 else 36) for i in range(10)]
+    buf = io.BytesIO()
+    schema = pa.schema([pa.field("codes", pa.binary(), False)])
+    table = pa.table({"codes": pa.array(values, pa.binary())}, schema=schema)
+    pq.write_table(table, buf, use_dictionary=False, compression="zstd", write_page_checksum=True)
+    data = buf.getvalue()
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    chunk = pages.chunk_info(meta, 0)
+    block = data[chunk.start:chunk.end]
+    with pytest.raises(pages.Unhandled, match="another width"):
+        pages.chunk_values(block, 10, chunk.codec, 24)

@@ -1,0 +1,367 @@
+"""Sampled reads of layout ``codes`` at the cost of their bytes: the pages of the needed row groups read
+directly, without pyarrow's per-row-group machinery (≈ 70 µs per row group touched).
+
+For each row group holding a sampled row, the ``codes`` column chunk's byte range comes from the
+footer (``data_page_offset``, ``total_compressed_size``) and is read at once (locally one ``pread``,
+remotely all of a sample's ranges in one concurrent ``cat_ranges``); its pages are found by decoding
+their headers (Parquet's ``PageHeader``, Thrift compact protocol: ``thrift_struct`` is a small generic
+decoder of it), each page's CRC-32 is checked when present, zstd pages are inflated with ``zstandard``
+and the PLAIN ``BYTE_ARRAY`` values (4-byte length, then the bytes) are cut into rows of one width.
+
+Only what tpuprep writes is handled: a required, non-repeated ``BYTE_ARRAY`` column, PLAIN encoded, no
+dictionary, zstd or uncompressed, DATA_PAGE or DATA_PAGE_V2 pages, every value ``width`` bytes. Anything
+else (another encoding, a dictionary page, a value of another width, a failed CRC, a truncated or
+malformed header) makes ``sampled_codes`` return None, and the caller reads the row groups with pyarrow
+(which then raises ``BadShards`` for a corrupt page, as every read does): this path never guesses. The
+rows it returns are the pyarrow path's bit for bit (``tests/test_pages.py`` checks it on random shards).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import FatalError
+
+DATA_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 2, 3
+PLAIN = 0
+MAX_DEPTH = 16  # nested structs in a page header (statistics are 1 deep)
+
+
+class Unhandled(Exception):
+    """A page or column chunk this reader does not decode (the caller falls back to pyarrow)."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint at ``pos``: (value, position after it)."""
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise Unhandled("varint longer than 64 bits")
+
+
+def _zigzag(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[object, int]:
+    """One Thrift compact value of type ``kind`` at ``pos``: (value, position after it)."""
+    if kind in (1, 2):  # a bool field: its value is in the type nibble
+        return kind == 1, pos
+    if kind == 3:
+        return struct.unpack_from("<b", buf, pos)[0], pos + 1
+    if kind in (4, 5, 6):  # i16, i32, i64: zigzag varints
+        raw, pos = _varint(buf, pos)
+        return _zigzag(raw), pos
+    if kind == 7:
+        return struct.unpack_from("<d", buf, pos)[0], pos + 8
+    if kind == 8:
+        size, pos = _varint(buf, pos)
+        if pos + size > len(buf):
+            raise Unhandled("binary value past the end")
+        return bytes(buf[pos:pos + size]), pos + size
+    if kind in (9, 10):  # list, set
+        header = buf[pos]
+        pos += 1
+        size, element = header >> 4, header & 0x0F
+        if size == 15:
+            size, pos = _varint(buf, pos)
+        items = []
+        for _ in range(size):
+            if element in (1, 2):  # bools inside a list are one byte each
+                items.append(buf[pos] == 1)
+                pos += 1
+            else:
+                item, pos = _value(buf, pos, element, depth)
+                items.append(item)
+        return items, pos
+    if kind == 11:  # map
+        size, pos = _varint(buf, pos)
+        if not size:
+            return {}, pos
+        types = buf[pos]
+        pos += 1
+        out = {}
+        for _ in range(size):
+            key, pos = _value(buf, pos, types >> 4, depth)
+            out[key], pos = _value(buf, pos, types & 0x0F, depth)
+        return out, pos
+    if kind == 12:
+        return thrift_struct(buf, pos, depth + 1)
+    raise Unhandled(f"unknown Thrift compact type {kind}")
+
+
+def thrift_struct(buf: bytes, pos: int = 0, depth: int = 0) -> tuple[dict[int, object], int]:
+    """A Thrift compact-protocol struct at ``pos`` of ``buf``: ({field id: value}, position after its
+    stop byte). Nested structs are dicts, lists are lists, integers ints, binaries bytes. ``Unhandled``
+    (or ``IndexError`` / ``struct.error`` for a truncated buffer) when it is not one."""
+    if depth > MAX_DEPTH:
+        raise Unhandled("Thrift structs nested too deep")
+    fields: dict[int, object] = {}
+    last = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        if byte == 0:
+            return fields, pos
+        kind, delta = byte & 0x0F, byte >> 4
+        if delta:
+            fid = last + delta
+        else:
+            raw, pos = _varint(buf, pos)
+            fid = _zigzag(raw)
+        last = fid
+        fields[fid], pos = _value(buf, pos, kind, depth)
+
+
+_DECOMPRESSORS = threading.local()
+
+
+def _inflate(payload: bytes, size: int, codec: str) -> bytes:
+    """A page's data as stored → its ``size`` bytes (zstd through one decompressor per thread)."""
+    if codec == "UNCOMPRESSED":
+        return bytes(payload)
+    dctx = getattr(_DECOMPRESSORS, "dctx", None)
+    if dctx is None:
+        import zstandard
+
+        dctx = _DECOMPRESSORS.dctx = zstandard.ZstdDecompressor()
+    out = dctx.decompress(payload, max_output_size=size)
+    if len(out) != size:
+        raise Unhandled(f"a page inflated to {len(out)} bytes, its header says {size}")
+    return out
+
+
+class Page(NamedTuple):
+    """A page header as this reader uses it (``page_header``): its data start after the header (relative
+    to the header's own position), stored and inflated sizes, CRC-32 (None without), values and
+    whether its data are compressed."""
+
+    offset: int
+    stored: int
+    size: int
+    crc: int | None
+    count: int
+    compressed: bool
+
+
+_HEADERS: dict[bytes, Page] = {}
+_HEADER_KEY = 64  # bytes of a page that name its header: tpuprep's codes page headers are ~30 bytes
+_HEADERS_MAX = 1 << 14
+
+
+def page_header(chunk: bytes, pos: int) -> Page:
+    """The data page header at ``pos`` of a column chunk as a ``Page``, ``Unhandled`` unless it is a PLAIN
+    DATA_PAGE or a PLAIN DATA_PAGE_V2 of non-null values without levels. Parsed (``thrift_struct``) and
+    checked once per distinct header: the next ``_HEADER_KEY`` bytes are the cache key, so an entry is
+    reused only for the very same bytes (a header longer than the key is never cached)."""
+    key = bytes(chunk[pos:pos + _HEADER_KEY])
+    hit = _HEADERS.get(key)
+    if hit is not None:
+        return hit
+    header, end = thrift_struct(chunk, pos)
+    kind, size, stored, crc = header.get(1), header.get(2), header.get(3), header.get(4)
+    if type(size) is not int or type(stored) is not int or size < 0 or stored < 0:
+        raise Unhandled("a page header without its sizes")
+    if kind == DATA_PAGE:
+        data = header.get(5)
+        if not isinstance(data, dict) or data.get(2) != PLAIN:
+            raise Unhandled("a data page that is not PLAIN")
+        count, compressed = data.get(1), True
+    elif kind == DATA_PAGE_V2:
+        data = header.get(8)
+        if not isinstance(data, dict) or data.get(4) != PLAIN or data.get(2, 0) or data.get(5, 0) or \
+                data.get(6, 0) or data.get(1) != data.get(3):
+            raise Unhandled("a v2 data page that is not PLAIN, non-null values without levels")
+        count, compressed = data.get(1), data.get(7, True) is not False
+    else:
+        raise Unhandled(f"a page of type {kind} (only PLAIN data pages are read directly)")
+    if type(count) is not int or count < 0 or (crc is not None and type(crc) is not int):
+        raise Unhandled("a page header without its number of values")
+    page = Page(end - pos, stored, size, None if crc is None else crc & 0xFFFFFFFF, count, compressed)
+    if end - pos <= len(key):
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[key] = page
+    return page
+
+
+def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.ndarray:
+    """The values of one column chunk (its pages' bytes, headers included) of a required PLAIN
+    BYTE_ARRAY column whose every value is ``width`` bytes: (num_values, width) uint8. Each page's
+    CRC-32 is checked when its header has one. ``Unhandled`` for anything else."""
+    view = memoryview(chunk)
+    rows, pos, seen, stride, prefix = [], 0, 0, 4 + width, width.to_bytes(4, "little")
+    while seen < num_values:
+        page = page_header(chunk, pos)
+        start = pos + page.offset
+        pos = start + page.stored
+        if pos > len(chunk):
+            raise Unhandled("a page past the chunk's end")
+        payload = view[start:pos]
+        if page.crc is not None and zlib.crc32(payload) != page.crc:
+            raise Unhandled("a page's CRC-32 differs from its header's")
+        data = _inflate(payload, page.size, codec) if page.compressed else bytes(payload)
+        count = page.count
+        if len(data) != count * stride:
+            raise Unhandled("a page whose values are not all of the expected width")
+        if count:  # every value's 4-byte length must be width (byte p of each, compared at once)
+            if any(data[p::stride] != bytes([byte]) * count for p, byte in enumerate(prefix)):
+                raise Unhandled("a value of another width")
+            rows.append(np.ndarray((count, width), np.uint8, data, 4, (stride, 1)))  # a view of the page
+        else:
+            rows.append(np.zeros((0, width), np.uint8))
+        seen += count
+    if seen != num_values or pos != len(chunk):
+        raise Unhandled(f"the pages hold {seen} values, the footer says {num_values}")
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+class Chunk(NamedTuple):
+    """What a sampled read needs of one row group's ``codes`` chunk, from the footer (``chunk_info``)."""
+
+    start: int  # byte offset of its first page header
+    end: int  # one past its last page byte
+    values: int
+    codec: str  # "ZSTD" or "UNCOMPRESSED"
+    first_id: int | None  # config_id statistics (None when absent)
+    last_id: int | None
+    graph_ids: tuple[str, str] | None  # graph_id statistics (min, max)
+
+
+def chunk_info(meta, rg: int, column: str = "codes") -> Chunk:
+    """The ``Chunk`` of ``column`` in row group ``rg`` (``meta``: pyarrow's ``FileMetaData``) when it is a
+    required, non-repeated, PLAIN BYTE_ARRAY chunk without dictionary, zstd or uncompressed;
+    ``Unhandled`` otherwise. Reading a footer's Python objects costs ≈ 10 µs each: keep the answer."""
+    names = meta.schema.names
+    index = names.index(column)
+    described = meta.schema.column(index)
+    group = meta.row_group(rg)
+    chunk = group.column(index)
+    if described.physical_type != "BYTE_ARRAY" or described.max_definition_level or \
+            described.max_repetition_level or chunk.has_dictionary_page or \
+            chunk.compression not in ("ZSTD", "UNCOMPRESSED") or not set(chunk.encodings) <= {"PLAIN", "RLE"}:
+        raise Unhandled(f"row group {rg}: {column} is not a plain required binary chunk")
+
+    def stats(name: str) -> tuple | None:
+        found = group.column(names.index(name)).statistics if name in names else None
+        return (found.min, found.max) if found is not None and found.has_min_max else None
+
+    ids = stats("config_id")
+    start = chunk.data_page_offset
+    return Chunk(start, start + chunk.total_compressed_size, chunk.num_values, chunk.compression,
+                 None if ids is None else int(ids[0]), None if ids is None else int(ids[1]), stats("graph_id"))
+
+
+def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequence[int], width: int,
+                  fetch: Callable[[list[tuple[int, int]]], list[bytes]]) -> list[np.ndarray] | None:
+    """The ``codes`` values of some row groups of one shard: for row group i (its ``chunks[i]``, config
+    ids ``firsts[i]``.., ``sizes[i]`` rows) its (sizes[i], width) uint8 values. The ``config_id``
+    statistics must say the row group holds exactly those config ids. ``fetch(ranges)`` returns the
+    bytes of each [start, end) range (one read each). None when any chunk or page is not one this
+    reader handles (``Unhandled``, including a failed CRC): then read them with pyarrow."""
+    try:
+        for chunk, first, size in zip(chunks, firsts, sizes, strict=True):
+            if chunk.values != size or chunk.first_id != first or chunk.last_id != first + size - 1:
+                raise Unhandled(f"a row group whose config_id statistics do not say {first}..{first + size - 1}")
+        blocks = fetch([(c.start, c.end) for c in chunks])
+        out = []
+        for chunk, block in zip(chunks, blocks, strict=True):
+            if len(block) != chunk.end - chunk.start:
+                raise Unhandled("a short read")
+            out.append(chunk_values(block, chunk.values, chunk.codec, width))
+        return out
+    except FatalError:  # the store's one line, a shard that changed: not a page to fall back on
+        raise
+    except (Unhandled, IndexError, ValueError, struct.error, OverflowError, MemoryError):
+        return None
+    except Exception as exc:  # zstandard.ZstdError: a page that does not inflate
+        if type(exc).__module__.startswith("zstandard") or type(exc).__name__ == "ZstdError":
+            return None
+        raise
+
+
+def identity(path) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime ns) of a local file, None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def file_fetch(path, known: tuple[int, int, int, int]) -> Callable[[list[tuple[int, int]]], list[bytes]]:
+    """``fetch`` for ``sampled_codes`` over the local file ``path``: opened, one ``pread`` per range,
+    closed; ``Unhandled`` (read it with pyarrow) unless it is still the file of ``identity`` ``known``
+    (the one whose footer the caller holds: a file replaced since must not be read with that footer)."""
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:  # gone since: pyarrow reads the file it holds open
+            raise Unhandled(f"{path} cannot be opened again: {exc}") from None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != known:
+                raise Unhandled(f"{path} was replaced after its footer was read")
+            return [os.pread(fd, end - start, start) for start, end in ranges]
+        finally:
+            os.close(fd)
+    return fetch
+
+
+def store_fetch(fs, path: str) -> Callable[[list[tuple[int, int]]], list[bytes]]:
+    """``fetch`` for ``sampled_codes`` over a remote object (an fsspec filesystem and its path): every
+    range one ranged GET, all at once (``fs.cat_ranges``; concurrent on async filesystems)."""
+    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
+        blocks = fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
+        for block in blocks:
+            if isinstance(block, BaseException):
+                raise block
+        return blocks
+    return fetch
+
+
+def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows: np.ndarray, width: int,
+                 chunks_of: Callable[[object, list[int]], list[Chunk]],
+                 fetch_of: Callable[[object], Callable | None]) -> np.ndarray | None:
+    """The ``codes`` values of unique configs ``rows`` ((k,) int64, any order) of a layout graph whose
+    row groups are ``groups`` ((shard, row group), ``_ShardIndex.config_plan``) with first config ids
+    ``starts`` ((g + 1,) int64, then c_u): (k, width) uint8, row i the value of config ``rows[i]``.
+    ``chunks_of(shard, row groups)``: their ``Chunk``s (checked to hold the graph; ``Unhandled`` to
+    decline); ``fetch_of(shard)``: its ``fetch`` (``file_fetch`` / ``store_fetch``), or None to decline.
+    None when a shard declines or holds a chunk this reader does not handle (read with pyarrow)."""
+    where = np.searchsorted(starts, rows, side="right") - 1
+    local, where = (rows - starts[where]).tolist(), where.tolist()
+    by_shard: dict[object, list[int]] = {}
+    for i in sorted(set(where)):
+        by_shard.setdefault(groups[i][0], []).append(i)
+    tables: dict[int, np.ndarray] = {}
+    for shard, mine in by_shard.items():
+        fetch = fetch_of(shard)
+        try:
+            chunks = chunks_of(shard, [groups[i][1] for i in mine])
+        except Unhandled:
+            return None
+        if fetch is None:
+            return None
+        got = sampled_codes(chunks, [int(starts[i]) for i in mine], [int(starts[i + 1] - starts[i]) for i in mine],
+                            width, fetch)
+        if got is None:
+            return None
+        tables.update(zip(mine, got, strict=True))
+    out = np.empty((len(rows), width), np.uint8)
+    for n, (i, at) in enumerate(zip(where, local, strict=True)):
+        out[n] = tables[i][at]
+    return out
