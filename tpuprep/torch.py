@@ -7,11 +7,19 @@ node_config_feat (k, nc, 18) int8 or config_feat (k, 24) float32, config_runtime
 split has runtimes, ...) plus ``graph_id`` (str), ``epoch`` and ``position`` (int). Tensors are copies
 (the structures are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, num_workers=n)``:
 each worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back
-in the single-process order.
+in the single-process order, with any start method (fork, spawn, forkserver).
+
+Epochs: call ``ds.set_epoch(e)`` on the dataset object the loader holds before every epoch; workers read
+the epoch (and a resume point) from memory they share with it at each ``iter(loader)``, so
+``persistent_workers=True`` yields epoch e exactly as ``num_workers=0`` does, and keeps each worker's
+structures cache across epochs (non-persistent workers start each epoch with an empty one). Under DDP
+every rank yields ``len(ds)`` batches (``ConfigBatches``: padded or ``drop_last``), so no rank waits
+for another in a collective.
 
 Resume: ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed
-(without workers ``ds.state_dict()`` knows it), then ``ConfigBatchDataset(...).load_state_dict(state)``;
-call ``set_epoch`` before every epoch (it keeps the resume point only for the resumed epoch).
+(without workers ``ds.state_dict()`` knows it; with workers it refuses to guess), then
+``ds.load_state_dict(state)`` (the same loader, even with persistent workers) or on a new
+``ConfigBatchDataset`` of the same settings, of any rank and world size (``ConfigBatches.load_state_dict``).
 """
 
 from __future__ import annotations
