@@ -537,3 +537,36 @@ def test_small_layout_graphs_are_decoded_once_large_ones_read_per_batch(ds, monk
             x, y = getattr(a.sample, field), getattr(b.sample, field)
             assert (x is None and y is None) or np.array_equal(x, y), field
         assert a.sample.node_config_feat.flags.writeable
+
+
+@pytest.fixture(scope="module")
+def many_tile_graphs(tmp_path_factory):
+    """Shards of 60 small tile graphs (more than the 32 structures the cache used to be limited to)."""
+    from npzfactory import tile_arrays, write
+
+    from tpuprep.build import build
+
+    root = tmp_path_factory.mktemp("many-tiles")
+    for i in range(60):
+        write(root / "npz", f"tile/xla/train/fusion.{i}_{i:016x}.npz", tile_arrays(seed=i, c=6 + i % 5))
+    build(root / "npz", root / "shards")
+    return tpuprep.open_dataset(root / "shards")
+
+
+def test_the_default_cache_is_sized_in_bytes_and_keeps_many_small_graphs(many_tile_graphs, monkeypatch):
+    """By default only cache_bytes bounds the cache: 60 small tile graphs stay in it, so from the second
+    epoch on their batches read nothing."""
+    ds = many_tile_graphs
+    reads = []
+    real_load, real_read = ds.load_graph, ds.read_configs
+    monkeypatch.setattr(ds, "load_graph", lambda g, configs=True: reads.append(g) or real_load(g, configs=configs))
+    monkeypatch.setattr(ds, "read_configs", lambda g, rows, columns=None: reads.append(g) or real_read(g, rows, columns))
+    b = ConfigBatches(ds, "tile:xla", k=4, batches_per_graph=2)
+    assert len(b.graph_ids) == 60 and b.structures is None
+    list(b)
+    assert len(b.cache) == 60 and b.cache.nbytes <= b.cache_bytes and reads
+    reads.clear()
+    b.set_epoch(1)
+    assert len(list(b)) == 120 and reads == []
+    with pytest.raises(ValueError, match="structures must be"):
+        ConfigBatches(ds, "tile:xla", structures=0)

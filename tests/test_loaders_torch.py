@@ -139,3 +139,74 @@ def test_spawn_workers_read_s3_with_the_storage_options_only(s3_only_options, sy
     batches = dataset.batches
     shown = [repr(batches), str(batches), repr(dataset), json.dumps(batches.state_dict(len(batches)))]
     assert not any(secret in text for text in shown), shown
+
+
+def test_an_items_tensors_share_one_buffer_and_are_its_own(ds):
+    """to_tensors: one fresh buffer per item (a worker hands over one shared-memory block per item),
+    each tensor equal to its array, of its dtype and shape, writable without touching another tensor."""
+    from tpuprep.sampling.batches import batch_arrays
+    from tpuprep.torch import to_tensors
+
+    batch = next(iter(_make(ds)))
+    arrays = batch_arrays(batch)
+    items = [to_tensors(arrays), to_tensors(arrays)]
+    tensors = {k: v for k, v in items[0].items() if isinstance(v, torch.Tensor)}
+    assert set(tensors) == {k for k, v in arrays.items() if isinstance(v, np.ndarray)}
+    assert len({t.untyped_storage().data_ptr() for t in tensors.values()}) == 1
+    assert items[1]["node_feat"].untyped_storage().data_ptr() != tensors["node_feat"].untyped_storage().data_ptr()
+    for key, t in tensors.items():
+        assert t.dtype == torch.from_numpy(np.array(arrays[key])).dtype and tuple(t.shape) == arrays[key].shape
+        assert np.array_equal(t.numpy(), arrays[key]), key
+    before = {k: t.clone() for k, t in tensors.items()}
+    tensors["node_feat"].fill_(7.0)
+    assert np.array_equal(arrays["node_feat"], batch.structure.node_feat)  # the cache's arrays untouched
+    assert all(torch.equal(t, before[k]) for k, t in tensors.items() if k != "node_feat")
+    assert items[0]["graph_id"] == batch.graph_id and items[0]["position"] == 1
+
+
+def test_a_forked_process_reads_through_its_own_dataset(ds):
+    """After a warm-up in the parent (kernels and a cache entry inherited by fork), a forked reader opens
+    the dataset again instead of sharing the parent's open Parquet files, and yields the same batches."""
+    import multiprocessing
+
+    batches = _make(ds)
+    batches.warm_up()
+    assert len(batches.cache) == 1
+    want = [_key({"graph_id": b.graph_id, "epoch": b.epoch, "rows": b.sample.rows}) for b in _make(ds)]
+    parent_ds = id(batches.ds)
+
+    def child(queue):
+        keys = [_key({"graph_id": b.graph_id, "epoch": b.epoch, "rows": b.sample.rows}) for b in batches]
+        queue.put((keys, id(batches.ds) != parent_ds, batches.ds.root == ds.root))
+
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=child, args=(queue,))
+    proc.start()
+    keys, reopened, same_root = queue.get(timeout=120)
+    proc.join(30)
+    assert keys == want and reopened and same_root
+
+
+def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
+    """benchmarks.loaders on tiny data: 0, 1 and 2 persistent workers, 2 epochs each, the same batches
+    and configs per epoch for every worker count, speed-ups and peak RSS reported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "loaders.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.loaders", str(synth_shards), "--batches-per-graph",
+                           "3", "--k", "8", "--json", str(out)], cwd=repo, capture_output=True, text=True,
+                          timeout=600, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [r["workers"] for r in res["runs"]] == [0, 1, 2]
+    for run in res["runs"]:
+        assert [e["epoch"] for e in run["epochs"]] == [0, 1]
+        assert all(e["batches"] == 6 and e["configs"] == 48 and e["configs_per_s"] > 0 for e in run["epochs"])
+        assert run["peak_rss_mb"]["main"] > 0 and len(run["peak_rss_mb"]["workers"]) == run["workers"]
+        assert run["setup_s"] > 0
+    assert set(res["speedup"]) == {f"n={n} epoch {e}" for n in (1, 2) for e in (0, 1)}
+    assert "speed-up n=2 epoch 0" in proc.stdout

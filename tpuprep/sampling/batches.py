@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ class ConfigBatches:
         self.batches_per_graph, self.structures = batches_per_graph, structures
         self.cache_bytes, self.drop_last = cache_bytes, drop_last
         self.worker, self.num_workers = 0, 1
+        self._opened_in = os.getpid()  # a forked child opens the dataset again (``_own_dataset``)
         self._quotas: np.ndarray | None = None
         self._progress = SharedProgress()
         self._reset_local()
@@ -175,7 +177,16 @@ class ConfigBatches:
         return len(range(self.worker, length, self.num_workers))
 
     # -- reading --------------------------------------------------------------------------------
+    def _own_dataset(self) -> None:
+        """In a process forked after the dataset was opened (a fork DataLoader worker), open it again:
+        pyarrow's open files and their read caches must not be shared with the parent (reads can
+        hang). The cache's arrays, inherited, stay valid."""
+        if self._opened_in != os.getpid():
+            self.ds = Dataset(str(self.ds.root), storage_options=self.ds.storage_options)
+            self._opened_in = os.getpid()
+
     def __iter__(self) -> Iterator[ConfigBatch]:
+        self._own_dataset()
         epoch, base, start = self._progress.begin(self.worker, self.num_workers)
         self._pass, self._position = (epoch, base), start
         plan = self.plan(epoch)
@@ -187,9 +198,20 @@ class ConfigBatches:
             self._position = j + 1
             yield batch
 
+    def warm_up(self) -> None:
+        """Read the first item of this rank's share of the current epoch now, in this process: the
+        reading kernels (numba, ~2 s per process) and that graph's cache entry are loaded, and DataLoader
+        workers started by fork afterwards inherit them instead of each paying for them again."""
+        plan = self.plan()
+        where, _ = share_indices(len(plan), self.rank, self.world_size, drop_last=self.drop_last)
+        if len(where):
+            g, b = plan[where[0]].tolist()
+            self.batch(self.graph_ids[g], b)
+
     def batch(self, graph_id: str, b: int, epoch: int | None = None) -> ConfigBatch:
         """Item (graph_id, b) of an epoch (default: the current), read now (``position`` 0)."""
         epoch = self.epoch if epoch is None else epoch
+        self._own_dataset()
         needs_runtimes, choose = STRATEGIES[self.strategy]
         cached = self.cache.get(self.ds, graph_id, needs_runtimes)
         rows = choose(cached.runtimes if needs_runtimes else cached.count, self.k,
@@ -205,13 +227,14 @@ class ConfigBatches:
         stay shared with this object when a worker is being started (``SharedProgress``)."""
         state = dict(vars(self))
         state["ds"] = (str(self.ds.root), self.ds.storage_options)
-        del state["cache"], state["_pass"], state["_position"]
+        del state["cache"], state["_pass"], state["_position"], state["_opened_in"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         root, options = state.pop("ds")
         vars(self).update(state)
         self.ds = Dataset(root, storage_options=options)
+        self._opened_in = os.getpid()
         self._reset_local()
 
     # -- resuming -------------------------------------------------------------------------------
