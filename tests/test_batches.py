@@ -13,6 +13,7 @@ import pytest
 import tpuprep
 from tpuprep.sampling import strategies
 from tpuprep.sampling.batches import ConfigBatches, epoch_plan, share_indices
+from tpuprep.sampling.sharding import share_length
 from tpuprep.shards.reader import sample_rows, unique_config_columns
 
 LAYOUT = "layout:xla:random"
@@ -209,20 +210,36 @@ def test_epoch_plan_holds_every_item_once_and_is_pure():
     assert any(not np.array_equal(plan, epoch_plan(4, quotas, 5, e)) for e in range(3, 8))
 
 
-@pytest.mark.parametrize("n, w, workers, start", [(23, 3, 2, 0), (7, 2, 3, 0), (10, 1, 4, 3), (5, 4, 2, 1)])
-def test_shares_of_ranks_and_workers_partition_the_epoch(n, w, workers, start):
+@pytest.mark.parametrize("n, w, workers, start, drop_last, base", [
+    (23, 3, 2, 0, False, 0), (7, 2, 3, 0, False, 0), (10, 1, 4, 3, False, 0), (5, 4, 2, 1, False, 0),
+    (23, 3, 2, 0, True, 0), (5, 4, 2, 0, True, 0), (2, 3, 1, 0, False, 0), (2, 3, 2, 0, True, 0),
+    (23, 3, 2, 1, False, 7), (23, 4, 3, 0, True, 9), (0, 3, 2, 0, False, 0), (9, 3, 2, 0, False, 9)])
+def test_shares_of_ranks_and_workers_are_equal_and_cover_the_epoch(n, w, workers, start, drop_last, base):
+    """Every rank's share has the same length; the union over ranks is the layout's items (plan
+    positions base..n-1) plus < w padding items of the layout (or minus < w dropped ones)."""
+    left = n - base
+    length = share_length(n, w, drop_last, base)
+    assert length == (left // w if drop_last else -(-left // w))
     seen = []
     for rank in range(w):
-        share = np.arange(rank, n, w)
-        mine = [share_indices(n, rank, w, i, workers, start) for i in range(workers)]
+        slots = np.arange(rank, length * w, w)
+        share = base + slots % left if left else slots
+        mine = [share_indices(n, rank, w, i, workers, start, drop_last, base) for i in range(workers)]
         got = np.concatenate([p for p, _ in mine])
-        assert sorted(got.tolist()) == share[start:].tolist()  # the rank's share from start, once
+        assert sorted(got.tolist()) == sorted(share[start:].tolist())  # the rank's share from start, once
         seen += got.tolist()
         # round-robin over the workers gives the share in order (the DataLoader's order)
         order = [x for t in zip_longest(*[p.tolist() for p, _ in mine]) for x in t]
         assert [x for x in order if x is not None] == share[start:].tolist()
+        assert [len(p) for p, _ in mine] == [len(range(i, length - start, workers)) for i in range(workers)]
     if start == 0:
-        assert sorted(seen) == list(range(n))
+        counts = Counter(seen)
+        assert all(base <= x < n for x in counts)
+        if drop_last:
+            assert sorted(seen) == list(range(base, base + length * w)) and left - len(seen) < w
+        else:
+            assert set(counts) == set(range(base, n)) and 0 <= len(seen) - left < w
+            assert all(c <= 2 for c in counts.values()) or left < w
 
 
 def test_ranks_and_workers_together_yield_exactly_the_plan(ds):
@@ -258,9 +275,32 @@ def test_batches_are_deterministic_and_change_with_the_epoch(ds):
 
 
 def test_len_counts_what_a_rank_yields(ds):
-    for rank in range(3):
-        b = ConfigBatches(ds, LAYOUT, k=4, rank=rank, world_size=3, batches_per_graph=4)
-        assert len(b) == len(list(b)) == len(range(rank, 4 * 2, 3))
+    for drop_last, want in ((False, 3), (True, 2)):  # 8 items over 3 ranks: 3 each (padded) or 2
+        for rank in range(3):
+            b = ConfigBatches(ds, LAYOUT, k=4, rank=rank, world_size=3, batches_per_graph=4, drop_last=drop_last)
+            assert len(b) == len(list(b)) == want
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 7, 12])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_every_rank_yields_as_many_batches_and_together_the_epoch(ds, world, drop_last):
+    """Equal shares (no DDP rank waits forever): padded with items of the same epoch, or the last
+    items dropped; the union over ranks is the one-rank epoch up to < world_size items."""
+    def make(rank, w):
+        return ConfigBatches(ds, LAYOUT, k=4, seed=2, rank=rank, world_size=w, batches_per_graph=5,
+                             drop_last=drop_last)
+
+    single = Counter(_key(b) for b in make(0, 1))
+    assert sum(single.values()) == 10 and len(single) == 10
+    per_rank = [[_key(b) for b in make(rank, world)] for rank in range(world)]
+    assert len({len(keys) for keys in per_rank}) == 1 and len(per_rank[0]) == len(make(0, world))
+    union = Counter(k for keys in per_rank for k in keys)
+    if drop_last:
+        assert union <= single and sum((single - union).values()) < world
+    else:
+        assert set(union) == set(single) and 0 <= sum((union - single).values()) < world
+        assert all(single[k] == 1 for k in single)
+
 
 
 # -- resume -----------------------------------------------------------------------------------------
@@ -281,6 +321,88 @@ def test_resume_mid_epoch_gives_the_same_remaining_stream(ds, strategy):
     b.set_epoch(2)  # the resumed epoch: the resume point stays
     assert [_key(x) for x in b] == whole[4:]
     assert [_key(x) for x in b] == whole  # the next iteration is the whole epoch again
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "stratified", "pairs"])
+def test_batches_of_one_graph_in_one_epoch_draw_different_rows(ds, strategy):
+    """batches_per_graph ≥ 2: each batch of a graph draws its own rows (seeded by its batch index)."""
+    b = ConfigBatches(ds, LAYOUT, k=8, strategy=strategy, seed=3, batches_per_graph=4)
+    for epoch in (0, 1):
+        b.set_epoch(epoch)
+        rows: dict[str, list] = {}
+        for x in b:
+            rows.setdefault(x.graph_id, []).append(tuple(x.sample.rows.tolist()))
+        assert sorted(rows) == sorted(b.graph_ids)
+        for gid, drawn in rows.items():
+            assert len(drawn) == 4 and len(set(drawn)) == 4, (gid, drawn)
+
+
+def _lockstep(make, world: int, steps: int) -> list[list]:
+    """Each rank of ``world`` consumes ``steps`` batches (as DDP ranks do, in lockstep); returns the
+    iterators' objects (ConfigBatches) after those steps and what each rank consumed."""
+    ranks = [make(rank, world) for rank in range(world)]
+    its = [iter(r) for r in ranks]
+    consumed = [[_key(next(it)) for _ in range(steps)] for it in its]
+    return ranks, consumed
+
+
+@pytest.mark.parametrize("world, steps", [(2, 2), (3, 1), (3, 3)])
+def test_a_state_of_one_rank_resumes_every_rank_of_the_same_world(ds, world, steps):
+    """Ranks move in lockstep: a state saved on any rank (rank 0, say) resumes each rank's own share."""
+    def make(rank, w):
+        return ConfigBatches(ds, LAYOUT, k=4, seed=6, rank=rank, world_size=w, batches_per_graph=5)
+
+    whole = [[_key(b) for b in make(rank, world)] for rank in range(world)]
+    ranks, consumed = _lockstep(make, world, steps)
+    for saved in range(world):
+        state = json.loads(json.dumps(ranks[saved].state_dict()))
+        assert state["position"] == steps and state["rank"] == saved
+        for rank in range(world):
+            resumed = make(rank, world)
+            resumed.load_state_dict(state)
+            assert consumed[rank] + [_key(b) for b in resumed] == whole[rank], (saved, rank)
+
+
+@pytest.mark.parametrize("old, new, steps, drop_last", [(3, 2, 2, False), (2, 3, 1, False), (3, 1, 1, False),
+                                                         (1, 4, 3, False), (3, 2, 2, True), (4, 3, 1, True)])
+def test_a_resume_in_another_world_size_yields_exactly_the_rest(ds, old, new, steps, drop_last):
+    """What the old world consumed plus what the new world yields after the resume is the epoch, every
+    item once, up to the new world's padding (< new) or the drops of both worlds."""
+    def make(rank, w):
+        return ConfigBatches(ds, LAYOUT, k=4, seed=8, rank=rank, world_size=w, batches_per_graph=5,
+                             drop_last=drop_last)
+
+    single = Counter(_key(b) for b in make(0, 1))
+    assert len(single) == 10
+    ranks, consumed = _lockstep(make, old, steps)
+    state = ranks[0].state_dict()
+    resumed = []
+    for rank in range(new):
+        b = make(rank, new)
+        b.load_state_dict(state)
+        resumed.append([_key(x) for x in b])
+    assert len({len(r) for r in resumed}) == 1  # equal shares after the resume too
+    before = Counter(k for keys in consumed for k in keys)
+    after = Counter(k for keys in resumed for k in keys)
+    assert not (set(before) & set(after))  # nothing consumed is yielded again
+    assert set(before) | set(after) <= set(single)
+    if drop_last:
+        assert all(c == 1 for c in (before + after).values())
+        assert len(single) - len(before + after) < old + new
+    else:
+        assert set(before) | set(after) == set(single)
+        assert sum(after.values()) - len(after) < new  # padding only
+
+
+def test_a_state_past_the_share_or_of_an_old_version_is_refused(ds):
+    b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=5, world_size=2)
+    state = b.state_dict()
+    with pytest.raises(ValueError, match="bad epoch, base, position"):
+        b.load_state_dict({**state, "position": 6})
+    with pytest.raises(ValueError, match="not a ConfigBatches state"):
+        b.load_state_dict({**state, "version": 1})
+    with pytest.raises(ValueError, match="past the end"):
+        b.state_dict(6)
 
 
 def test_a_state_of_other_settings_is_refused(ds):
@@ -309,7 +431,7 @@ def test_structures_lru_is_bounded(ds, monkeypatch):
     b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=6, structures=1, strategy="stratified")
     sizes = []
     for _ in b:
-        sizes.append(len(b._cache))
+        sizes.append(len(b.cache))
     assert max(sizes) == 1
     assert len(loads) > len(ids)  # structures were evicted and read again
     b = ConfigBatches(ds, LAYOUT, k=4, batches_per_graph=6, structures=8)
@@ -323,16 +445,16 @@ def test_the_lru_is_bounded_in_bytes_too(ds, collection):
     """cache_bytes caps the arrays the LRU holds together (the newest entry always stays)."""
     roomy = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000)
     list(roomy)
-    sizes = sorted(e.nbytes for e in roomy._cache.values())
+    sizes = sorted(e.nbytes for e in roomy.cache.entries.values())
     assert len(sizes) == len(roomy.graph_ids) and sizes[0] > 0
-    assert roomy._cached_bytes == sum(sizes)
+    assert roomy.cache.nbytes == sum(sizes)
     cap = sizes[0]  # less than two entries can hold (entries are smaller here: no configs decoded)
     tight = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000, cache_bytes=cap)
     held = []
     for _ in tight:
-        held.append((len(tight._cache), tight._cached_bytes))
-        assert tight._cached_bytes == sum(e.nbytes for e in tight._cache.values())
-        assert tight._cached_bytes <= cap or len(tight._cache) == 1
+        held.append((len(tight.cache), tight.cache.nbytes))
+        assert tight.cache.nbytes == sum(e.nbytes for e in tight.cache.entries.values())
+        assert tight.cache.nbytes <= cap or len(tight.cache) == 1
     assert max(n for n, _ in held) < len(roomy.graph_ids)
     with pytest.raises(ValueError, match="cache_bytes must be"):
         ConfigBatches(ds, collection, cache_bytes=-1)
@@ -423,3 +545,36 @@ def test_small_layout_graphs_are_decoded_once_large_ones_read_per_batch(ds, monk
             x, y = getattr(a.sample, field), getattr(b.sample, field)
             assert (x is None and y is None) or np.array_equal(x, y), field
         assert a.sample.node_config_feat.flags.writeable
+
+
+@pytest.fixture(scope="module")
+def many_tile_graphs(tmp_path_factory):
+    """Shards of 60 small tile graphs (more than the 32 structures the cache used to be limited to)."""
+    from npzfactory import tile_arrays, write
+
+    from tpuprep.build import build
+
+    root = tmp_path_factory.mktemp("many-tiles")
+    for i in range(60):
+        write(root / "npz", f"tile/xla/train/fusion.{i}_{i:016x}.npz", tile_arrays(seed=i, c=6 + i % 5))
+    build(root / "npz", root / "shards")
+    return tpuprep.open_dataset(root / "shards")
+
+
+def test_the_default_cache_is_sized_in_bytes_and_keeps_many_small_graphs(many_tile_graphs, monkeypatch):
+    """By default only cache_bytes bounds the cache: 60 small tile graphs stay in it, so from the second
+    epoch on their batches read nothing."""
+    ds = many_tile_graphs
+    reads = []
+    real_load, real_read = ds.load_graph, ds.read_configs
+    monkeypatch.setattr(ds, "load_graph", lambda g, configs=True: reads.append(g) or real_load(g, configs=configs))
+    monkeypatch.setattr(ds, "read_configs", lambda g, rows, columns=None: reads.append(g) or real_read(g, rows, columns))
+    b = ConfigBatches(ds, "tile:xla", k=4, batches_per_graph=2)
+    assert len(b.graph_ids) == 60 and b.structures is None
+    list(b)
+    assert len(b.cache) == 60 and b.cache.nbytes <= b.cache_bytes and reads
+    reads.clear()
+    b.set_epoch(1)
+    assert len(list(b)) == 120 and reads == []
+    with pytest.raises(ValueError, match="structures must be"):
+        ConfigBatches(ds, "tile:xla", structures=0)

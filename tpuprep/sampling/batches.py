@@ -1,34 +1,42 @@
 """``ConfigBatches``: seeded, resumable, sharded batches of k sampled configs per graph.
 
 One epoch is a list of items (graph, batch index), planned once for all ranks by ``epoch_plan`` (a pure
-function of the seed, the epoch, the graph list and the per-graph quotas). Rank r of w and worker i of n
-take the items of the plan at positions p with p ≡ r (mod w) (the rank's share, in plan order) and, of
-the share, those at share index j ≥ start with (j − start) ≡ i (mod n): over all ranks and workers every
-item is yielded exactly once. The rows of an item are drawn by its strategy from a Generator seeded by
-(seed, epoch, crc32(graph id), batch index), so they do not depend on who reads the item or when.
+function of the seed, the epoch, the graph list and the per-graph quotas) and dealt to ranks and
+DataLoader workers by ``sampling.sharding``: every rank gets the same number of items (the layout is
+padded with the epoch's first items, or with ``drop_last`` its last items are dropped), so no rank of a
+DDP job waits for another; over all ranks and workers every item of the plan is yielded once, up to that
+padding or dropping (at most world_size − 1 items). The rows of an item are drawn by its strategy from a
+Generator seeded by (seed, epoch, crc32(graph id), batch index), so they do not depend on who reads the
+item or when.
 
+The epoch (``set_epoch``) and a resume point (``load_state_dict``) live in a ``SharedProgress`` that
+DataLoader workers share with the main process, so persistent workers follow ``set_epoch`` too.
 Memory stays bounded whatever the collection size: each batch reads only its k configs
-(``Dataset.read_configs``), and graph structures (plus runtimes, for the runtime-aware strategies) are
-kept in an LRU of ``structures`` graphs.
+(``Dataset.read_configs``), and graph structures (plus runtimes and small graphs' configs) are kept in a
+``StructureCache`` of ``cache_bytes`` bytes, one per reader process.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from ..shards.reader import ConfigSample, Dataset, GraphRecord, unique_config_columns
+from ..shards.reader import ConfigSample, Dataset, GraphRecord
+from .cache import StructureCache
+from .sharding import SharedProgress, consumed_items, epoch_plan, share_indices, share_length
 from .strategies import STRATEGIES, sqrt_quotas
 
-STATE_VERSION = 1
+__all__ = ["BatchesAdapter", "ConfigBatch", "ConfigBatches", "batch_arrays", "epoch_plan", "item_rng",
+           "share_indices"]
+
+STATE_VERSION = 2
 
 
 @dataclass
@@ -36,7 +44,7 @@ class ConfigBatch:
     """One batch: k sampled configs of one graph.
 
     structure: the graph's ``load_graph(graph_id, configs=False)`` record (read-only, shared through the
-    LRU: do not modify); sample: its ``ConfigSample`` (fresh, writable arrays; rows (k,) int64, see
+    cache: do not modify); sample: its ``ConfigSample`` (fresh, writable arrays; rows (k,) int64, see
     ``Dataset.read_configs``); epoch: the epoch it belongs to; position: the number of items of this
     rank's share of the epoch done once this batch is consumed (``state_dict`` resumes after it).
     """
@@ -50,49 +58,6 @@ class ConfigBatch:
     position: int
 
 
-@dataclass
-class _Cached:
-    """One LRU entry: a graph's structure, its derived per-config columns (layout, else None), its
-    (c_u,) int64 runtimes (None on test, or for tile when the strategy needs none), c_u, and for tile
-    every config of the graph (a tile graph's configs share row groups with other graphs: reading the
-    graph's rows once and slicing them is ~3.5× cheaper per batch than filtering a row group again)."""
-
-    structure: GraphRecord
-    columns: dict[str, np.ndarray | None] | None
-    runtimes: np.ndarray | None
-    count: int
-    configs: ConfigSample | None = None  # all of the graph's configs, read once (tile; small layout graphs)
-
-    @cached_property
-    def nbytes(self) -> int:
-        """Bytes of the NumPy arrays this entry holds (structure, columns, runtimes, configs)."""
-        parts = [*vars(self.structure).values(), *(self.columns or {}).values(), self.runtimes,
-                 *(vars(self.configs).values() if self.configs is not None else ())]
-        return sum(a.nbytes for a in parts if isinstance(a, np.ndarray))
-
-
-def epoch_plan(num_graphs: int, quotas: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-    """(N,) items of one epoch as an (N, 2) int64 array of (graph index, batch index), N = Σ quotas:
-    every (g, b) with b < quotas[g], in the order of ``default_rng([seed, epoch]).permutation``."""
-    quotas = np.asarray(quotas, np.int64)
-    if len(quotas) != num_graphs:
-        raise ValueError(f"{len(quotas)} quotas for {num_graphs} graphs")
-    graph = np.repeat(np.arange(num_graphs, dtype=np.int64), quotas)
-    first = np.repeat(np.cumsum(quotas) - quotas, quotas)
-    items = np.stack([graph, np.arange(len(graph), dtype=np.int64) - first], axis=1)
-    return items[np.random.default_rng([seed, epoch]).permutation(len(items))]
-
-
-def share_indices(num_items: int, rank: int, world_size: int, worker: int = 0, num_workers: int = 1,
-                  start: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(plan positions, share indices), each (n,) int64, that rank ``rank`` / worker ``worker`` reads of
-    an epoch of ``num_items`` items when its rank's share resumes at share index ``start``."""
-    share = np.arange(rank, num_items, world_size, dtype=np.int64)
-    j = np.arange(start, len(share), dtype=np.int64)
-    j = j[(j - start) % num_workers == worker]
-    return share[j], j
-
-
 def item_rng(seed: int, epoch: int, graph_id: str, batch: int) -> np.random.Generator:
     """The Generator an item's rows are drawn from (independent of rank, worker and order)."""
     return np.random.default_rng([seed, epoch, zlib.crc32(graph_id.encode()), batch])
@@ -104,17 +69,19 @@ class ConfigBatches:
     ``strategy``: "uniform", "stratified" or "pairs" (``sampling.strategies``; only "uniform" on the
     test split, which has no runtimes); ``batches_per_graph``: an int ≥ 1, or "sqrt" for
     ``sqrt_quotas`` (∝ √ of each graph's unique configs); ``graph_ids``: a subset of the collection's
-    split (default: all of it, sorted); ``structures``: how many graph structures the LRU keeps, and
-    ``cache_bytes``: how many bytes of arrays they may hold together (the most recent entry is always
-    kept). A tile graph's entry holds all of its configs, read once and sliced per batch, and so does a
-    layout graph's whose decoded configs take at most ``cache_bytes / 8``; larger graphs are read per
-    batch, only the row groups holding its k rows.
-    Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this rank's share."""
+    split (default: all of it, sorted); ``drop_last``: rank shares of equal length by dropping the
+    epoch's last items instead of padding with its first ones; ``cache_bytes``: how many bytes of arrays
+    the structures cache of each reader process holds (the most recent entry is always kept), and
+    ``structures``: at most that many graphs too (default: no count limit). A tile graph's entry holds
+    all of its configs, read once and sliced per batch, and so does a layout graph's whose decoded
+    configs take at most ``cache_bytes / 8``; larger graphs are read per batch, only the row groups
+    holding its k rows. Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this rank's
+    share."""
 
     def __init__(self, ds: Dataset, collection: str, split: str = "train", k: int = 64,
                  strategy: str = "uniform", seed: int = 0, rank: int = 0, world_size: int = 1,
                  graph_ids: Sequence[str] | None = None, batches_per_graph: int | str = 1,
-                 structures: int = 32, cache_bytes: int = 256 << 20):
+                 structures: int | None = None, cache_bytes: int = 256 << 20, drop_last: bool = False):
         if collection not in ds.collections:
             raise KeyError(f"no collection {collection!r} in {ds.root} (it has {', '.join(ds.collections)})")
         if split not in ds.splits(collection):
@@ -133,10 +100,13 @@ class ConfigBatches:
             raise ValueError(f"batches_per_graph must be an int ≥ 1 or 'sqrt', got {batches_per_graph!r}")
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValueError(f"seed must be an int ≥ 0, got {seed!r}")
-        if not isinstance(structures, int) or structures < 1:
-            raise ValueError(f"structures must be an int ≥ 1, got {structures!r}")
+        if structures is not None and (isinstance(structures, bool) or not isinstance(structures, int)
+                                       or structures < 1):
+            raise ValueError(f"structures must be an int ≥ 1 or None, got {structures!r}")
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
             raise ValueError(f"cache_bytes must be an int ≥ 0, got {cache_bytes!r}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
         listed = ds.graph_ids(collection, split)
         self.graph_ids = list(listed if graph_ids is None else graph_ids)
         foreign = sorted(set(self.graph_ids) - set(listed))
@@ -147,12 +117,23 @@ class ConfigBatches:
         self.ds, self.collection, self.split, self.k = ds, collection, split, k
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
-        self.cache_bytes = cache_bytes
+        self.cache_bytes, self.drop_last = cache_bytes, drop_last
         self.worker, self.num_workers = 0, 1
-        self.epoch, self._start, self._position = 0, 0, 0
+        self._opened_in = os.getpid()  # a forked child opens the dataset again (``_own_dataset``)
         self._quotas: np.ndarray | None = None
-        self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._cached_bytes = 0
+        self._progress = SharedProgress()
+        self._reset_local()
+
+    def _reset_local(self) -> None:
+        """What only this process knows: its cache and the layout and position of its own pass."""
+        self.cache = StructureCache(self.cache_bytes, self.structures)
+        self._pass: tuple[int, int] | None = None  # (epoch, base) of the pass this process began
+        self._position = 0
+
+    def __repr__(self) -> str:
+        return (f"ConfigBatches({self.collection!r}, split={self.split!r}, k={self.k}, "
+                f"strategy={self.strategy!r}, seed={self.seed}, rank={self.rank}, world_size={self.world_size}, "
+                f"epoch={self.epoch}, graphs={len(self.graph_ids)})")
 
     # -- the plan -------------------------------------------------------------------------------
     def quotas(self) -> np.ndarray:
@@ -170,15 +151,18 @@ class ConfigBatches:
         return epoch_plan(len(self.graph_ids), self.quotas(), self.seed,
                           self.epoch if epoch is None else epoch)
 
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration yields (shared with DataLoader workers)."""
+        return self._progress.epoch
+
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch the next iteration yields. A resume point (``load_state_dict``) is kept when
+        """Choose the epoch the next iteration yields, in this process and in DataLoader workers holding
+        a copy of this object (persistent ones too). A resume point (``load_state_dict``) is kept when
         ``epoch`` is the resumed epoch, dropped otherwise."""
         if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
             raise ValueError(f"epoch must be an int ≥ 0, got {epoch!r}")
-        epoch = int(epoch)
-        if epoch != self.epoch:
-            self._start = 0
-        self.epoch = epoch
+        self._progress.set_epoch(int(epoch))
 
     def set_worker(self, worker: int, num_workers: int) -> None:
         """Read only worker ``worker``'s part of this rank's share (a DataLoader worker of
@@ -187,109 +171,137 @@ class ConfigBatches:
             raise ValueError(f"worker must be in 0..num_workers-1, got {worker} of {num_workers}")
         self.worker, self.num_workers = worker, num_workers
 
-    def _mine(self, start: int) -> tuple[np.ndarray, np.ndarray]:
-        plan = self.plan()
-        where, j = share_indices(len(plan), self.rank, self.world_size, self.worker, self.num_workers,
-                                 start)
-        return plan[where], j
-
     def __len__(self) -> int:
-        """Batches this rank (and worker) yields in a whole epoch."""
-        return len(share_indices(int(self.quotas().sum()), self.rank, self.world_size, self.worker,
-                                 self.num_workers)[0])
+        """Batches this rank (and worker) yields in a whole epoch: the same on every rank."""
+        length = share_length(int(self.quotas().sum()), self.world_size, self.drop_last)
+        return len(range(self.worker, length, self.num_workers))
 
     # -- reading --------------------------------------------------------------------------------
+    def _own_dataset(self) -> None:
+        """In a process forked after the dataset was opened (a fork DataLoader worker), open it again:
+        pyarrow's open files and their read caches must not be shared with the parent (reads can
+        hang). The cache's arrays, inherited, stay valid."""
+        if self._opened_in != os.getpid():
+            self.ds = Dataset(str(self.ds.root), storage_options=self.ds.storage_options)
+            self._opened_in = os.getpid()
+
     def __iter__(self) -> Iterator[ConfigBatch]:
-        start, self._start = self._start, 0
-        items, shares = self._mine(start)
-        self._position = start
-        for (g, b), j in zip(items.tolist(), shares.tolist(), strict=True):
-            batch = self.batch(self.graph_ids[g], b)
+        self._own_dataset()
+        epoch, base, start = self._progress.begin(self.worker, self.num_workers)
+        self._pass, self._position = (epoch, base), start
+        plan = self.plan(epoch)
+        where, shares = share_indices(len(plan), self.rank, self.world_size, self.worker, self.num_workers,
+                                      start, self.drop_last, base)
+        for (g, b), j in zip(plan[where].tolist(), shares.tolist(), strict=True):
+            batch = self.batch(self.graph_ids[g], b, epoch)
             batch.position = j + 1
             self._position = j + 1
             yield batch
 
+    def warm_up(self) -> None:
+        """Read the first item of this rank's share of the current epoch now, in this process: the
+        reading kernels (numba, ~2 s per process) and that graph's cache entry are loaded, and DataLoader
+        workers started by fork afterwards inherit them instead of each paying for them again."""
+        plan = self.plan()
+        where, _ = share_indices(len(plan), self.rank, self.world_size, drop_last=self.drop_last)
+        if len(where):
+            g, b = plan[where[0]].tolist()
+            self.batch(self.graph_ids[g], b)
+
     def batch(self, graph_id: str, b: int, epoch: int | None = None) -> ConfigBatch:
         """Item (graph_id, b) of an epoch (default: the current), read now (``position`` 0)."""
         epoch = self.epoch if epoch is None else epoch
-        cached = self._structure(graph_id)
+        self._own_dataset()
         needs_runtimes, choose = STRATEGIES[self.strategy]
+        cached = self.cache.get(self.ds, graph_id, needs_runtimes)
         rows = choose(cached.runtimes if needs_runtimes else cached.count, self.k,
                       item_rng(self.seed, epoch, graph_id, b))
         sample = (cached.configs.take(rows) if cached.configs is not None
                   else self.ds.read_configs(graph_id, rows, cached.columns))
         return ConfigBatch(graph_id, self.collection, self.split, cached.structure, sample, epoch, 0)
 
-    def _structure(self, graph_id: str) -> _Cached:
-        """What a graph's batches need, through the LRU of ``structures`` entries."""
-        if graph_id in self._cache:
-            self._cache.move_to_end(graph_id)
-            return self._cache[graph_id]
-        structure = self.ds.load_graph(graph_id, configs=False)
-        if structure.kind == "layout":  # small per-config columns from the structure: samples read codes only
-            columns = unique_config_columns(structure)
-            runtimes = columns["runtime"]
-            decoded = structure.num_unique_configs * len(structure.node_config_ids) * 18  # int8 bytes
-            # a small graph (≤ 1/8 of the cache) is decoded once and sliced per batch: its 64 rows would
-            # touch most of its row groups anyway; a large one is read per batch, 64 configs at a time
-            configs = (self.ds.read_configs(graph_id, np.arange(structure.num_unique_configs), columns)
-                       if decoded <= self.cache_bytes // 8 else None)
-        else:
-            columns = None
-            configs = self.ds.read_configs(graph_id, np.arange(structure.num_unique_configs))
-            runtimes = configs.config_runtime if STRATEGIES[self.strategy][0] else None
-            if runtimes is not None:
-                runtimes = runtimes.copy()
-                runtimes.flags.writeable = False
-        entry = _Cached(structure, columns, runtimes, structure.num_unique_configs, configs)
-        self._cache[graph_id] = entry
-        self._cached_bytes += entry.nbytes
-        while len(self._cache) > 1 and (len(self._cache) > self.structures
-                                        or self._cached_bytes > self.cache_bytes):
-            self._cached_bytes -= self._cache.popitem(last=False)[1].nbytes
-        return entry
-
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its folder
-        and is opened again; the LRU starts empty."""
+        and its ``storage_options`` (so a worker opens it again with the same credentials; they are
+        never shown by ``repr`` or ``state_dict``); the cache starts empty; the epoch and resume point
+        stay shared with this object when a worker is being started (``SharedProgress``)."""
         state = dict(vars(self))
-        state["ds"], state["_cache"], state["_cached_bytes"] = str(self.ds.root), OrderedDict(), 0
+        state["ds"] = (str(self.ds.root), self.ds.storage_options)
+        del state["cache"], state["_pass"], state["_position"], state["_opened_in"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        root, options = state.pop("ds")
         vars(self).update(state)
-        self.ds = Dataset(state["ds"])
+        self.ds = Dataset(root, storage_options=options)
+        self._opened_in = os.getpid()
+        self._reset_local()
 
     # -- resuming -------------------------------------------------------------------------------
     def fingerprint(self) -> str:
-        """A short hash of every setting the stream depends on except seed and epoch (graph list,
-        collection, split, k, strategy, quotas rule, rank, world size)."""
+        """A short hash of every setting the stream depends on except seed, epoch, rank and world size
+        (graph list, collection, split, k, strategy, quotas rule, drop_last)."""
         settings = [self.collection, self.split, self.k, self.strategy, self.batches_per_graph,
-                    self.rank, self.world_size, self.graph_ids]
+                    self.drop_last, self.graph_ids]
         return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
     def state_dict(self, position: int | None = None) -> dict[str, Any]:
-        """{"version", "epoch", "position", "seed", "fingerprint"} (JSON-able): resuming from it yields
-        this rank's share of the epoch from share index ``position`` on (default: after the last batch
-        this object yielded; give ``batch.position`` of the last batch consumed when batches were read
-        by several workers)."""
-        return {"version": STATE_VERSION, "epoch": self.epoch,
-                "position": int(self._position if position is None else position),
-                "seed": self.seed, "fingerprint": self.fingerprint()}
+        """{"version", "epoch", "base", "position", "world_size", "rank", "seed", "fingerprint"}
+        (JSON-able): resuming from it yields this rank's share of the epoch from share index
+        ``position`` on. ``position`` defaults to after the last batch this object yielded; give
+        ``batch.position`` of the last batch consumed when DataLoader workers read the batches (without
+        it, a state after their reading is refused: it would repeat what they yielded)."""
+        epoch, base = self.epoch, 0
+        pending = self._progress.pending()
+        pass_epoch, pass_base, passes = self._progress.last_pass()
+        if position is None:
+            if pending is not None:
+                epoch, base, position = pending
+            elif self._pass is not None and self._pass[0] == epoch:
+                base, position = self._pass[1], self._position
+            elif passes and pass_epoch == epoch:
+                raise ValueError("DataLoader workers read this epoch's batches: give state_dict(position) "
+                                 "with batch['position'] of the last batch consumed")
+            else:
+                position = 0
+        else:
+            if isinstance(position, bool) or not isinstance(position, int | np.integer) or position < 0:
+                raise ValueError(f"position must be an int ≥ 0, got {position!r}")
+            if pending is not None:
+                base = pending[1]
+            elif passes and pass_epoch == epoch:
+                base = pass_base
+        length = share_length(int(self.quotas().sum()), self.world_size, self.drop_last, base)
+        if position > length:
+            raise ValueError(f"position {position} is past the end of this rank's share ({length} batches)")
+        return {"version": STATE_VERSION, "epoch": int(epoch), "base": int(base), "position": int(position),
+                "world_size": self.world_size, "rank": self.rank, "seed": self.seed,
+                "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume where ``state`` (``state_dict``) left off: the next iteration yields the rest of its
-        epoch. ``ValueError`` when it was made with other settings or another seed."""
+        """Resume where ``state`` (``state_dict``) left off: the next iteration (of this process, or of
+        each DataLoader worker) yields the rest of its epoch. The ranks of a job move in lockstep (each
+        yields the same number of batches per epoch), so a state of any rank resumes every rank: with
+        the same world size, each rank resumes its own share at the state's position; with another
+        world size, the items not yet consumed by the old world are dealt again to the new one (padded
+        or dropped to equal shares). ``ValueError`` when it was made with other settings or seed."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"not a ConfigBatches state (version {STATE_VERSION}): {state!r:.80}")
         if state.get("fingerprint") != self.fingerprint() or state.get("seed") != self.seed:
             raise ValueError("this state was made by a ConfigBatches with other settings or seed "
                              f"(fingerprint {state.get('fingerprint')}, seed {state.get('seed')}; this one "
                              f"{self.fingerprint()}, seed {self.seed})")
-        epoch, position = state.get("epoch"), state.get("position")
-        if not (isinstance(epoch, int) and epoch >= 0 and isinstance(position, int) and position >= 0):
-            raise ValueError(f"bad epoch or position in the state: {epoch!r}, {position!r}")
-        self.epoch, self._start, self._position = epoch, position, position
+        epoch, base, position, world = (state.get(key) for key in ("epoch", "base", "position", "world_size"))
+        total = int(self.quotas().sum())
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (epoch, base, position)) \
+                or not isinstance(world, int) or world < 1 or base > total \
+                or position > share_length(total, world, self.drop_last, base):
+            raise ValueError(f"bad epoch, base, position or world_size in the state: {epoch!r}, {base!r}, "
+                             f"{position!r}, {world!r} (epochs of {total} items)")
+        if world != self.world_size:  # deal what the old world had not consumed to this one
+            base, position = consumed_items(total, world, base, position), 0
+        self._progress.resume(epoch, base, position)
+        self._pass, self._position = None, position
 
 
 class BatchesAdapter:

@@ -1,0 +1,122 @@
+"""``python -m benchmarks.loaders SHARDS [--collection C] [--split S] [--workers 0,1,2] [--epochs 2]
+[--batches-per-graph B] [--k 64] [--json FILE]``: configs/s of ``ConfigBatchDataset`` through a real
+torch ``DataLoader(batch_size=None, num_workers=n, persistent_workers=n > 0)``, per epoch, for each n.
+
+Each n runs in its own process (a clean peak RSS): one loader kept across the epochs, ``set_epoch(e)``
+before each, as a training loop does. ``setup_s`` (reported apart, the same work for every n) is opening
+the dataset and constructing ``ConfigBatchDataset``, which reads one batch in the main process (the
+per-process kernel load, ~2 s, that fork workers then inherit); the epochs are timed from ``iter(loader)``
+(worker start-up included) to the last item. Per epoch: wall seconds, configs and configs/s (every item's k rows
+counted when the main process receives it); per run: peak RSS (VmHWM) of the main process and of each
+worker, in MB. The speed-up is configs/s of n workers / configs/s of 0 workers in the same epoch (epoch
+0 is cold: structures read; later epochs reuse the persistent workers' caches). The OS page cache is warm
+for every n. The machine may be shared: run it when quiet and repeat to see the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _hwm_mb(pid: int | str = "self") -> float:
+    """Peak resident set (VmHWM) of a process in MB, 0 when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmHWM:")), 0.0)
+
+
+def run_one(shards: str, collection: str, split: str, workers: int, epochs: int, k: int,
+            batches_per_graph: int | str) -> dict:
+    """One loader with ``workers`` persistent workers over ``epochs`` epochs (in this process)."""
+    from torch.utils.data import DataLoader
+
+    import tpuprep
+    from tpuprep.torch import ConfigBatchDataset
+
+    started = time.perf_counter()
+    ds = tpuprep.open_dataset(shards)
+    batches = tpuprep.ConfigBatches(ds, collection, split=split, k=k, seed=0,
+                                    batches_per_graph=batches_per_graph)
+    dataset = ConfigBatchDataset(batches)  # warms up: kernels and the first graph, inherited by fork workers
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+    out: dict = {"workers": workers, "batches": len(batches), "setup_s": round(time.perf_counter() - started, 3),
+                 "epochs": []}
+    worker_hwm: dict[int, float] = {}
+    for epoch in range(epochs):
+        dataset.set_epoch(epoch)
+        started, configs, items = time.perf_counter(), 0, 0
+        for item in loader:
+            configs += len(item["rows"])
+            items += 1
+        wall = time.perf_counter() - started
+        out["epochs"].append({"epoch": epoch, "wall_s": round(wall, 3), "batches": items, "configs": configs,
+                              "configs_per_s": round(configs / max(wall, 1e-9), 1)})
+        iterator = getattr(loader, "_iterator", None)
+        for w in getattr(iterator, "_workers", []) or []:
+            worker_hwm[w.pid] = max(worker_hwm.get(w.pid, 0.0), _hwm_mb(w.pid))
+    out["peak_rss_mb"] = {"main": round(_hwm_mb(), 1), "workers": [round(v, 1) for v in worker_hwm.values()]}
+    return out
+
+
+def speedups(runs: list[dict]) -> dict[str, float]:
+    """configs/s of each n > 0 over n = 0, per epoch: {"n=2 epoch 0": 1.52, ...}."""
+    base = next((r for r in runs if r["workers"] == 0), None)
+    if base is None:
+        return {}
+    out = {}
+    for r in runs:
+        if r["workers"]:
+            for e, b in zip(r["epochs"], base["epochs"], strict=False):
+                out[f"n={r['workers']} epoch {e['epoch']}"] = round(e["configs_per_s"] / b["configs_per_s"], 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.loaders")
+    ap.add_argument("shards")
+    ap.add_argument("--collection", default="layout:xla:random")
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--workers", default="0,1,2", help="comma-separated DataLoader worker counts")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--batches-per-graph", default="1", help='an int, or "sqrt"')
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # internal: one run, JSON out
+    args = ap.parse_args(argv)
+    bpg = args.batches_per_graph if args.batches_per_graph == "sqrt" else int(args.batches_per_graph)
+    if args.one is not None:
+        print(json.dumps(run_one(args.shards, args.collection, args.split, args.one, args.epochs, args.k, bpg)))
+        return
+    runs = []
+    for n in [int(x) for x in args.workers.split(",") if x]:
+        cmd = [sys.executable, "-m", "benchmarks.loaders", args.shards, "--collection", args.collection,
+               "--split", args.split, "--epochs", str(args.epochs), "--k", str(args.k),
+               "--batches-per-graph", str(args.batches_per_graph), "--one", str(n)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode:
+            sys.exit(f"benchmarks.loaders: the {n}-worker run failed:\n{proc.stderr[-3000:]}")
+        run = json.loads(proc.stdout.strip().splitlines()[-1])
+        runs.append(run)
+        for e in run["epochs"]:
+            print(f"workers {n} epoch {e['epoch']}: {e['batches']} batches, {e['configs']} configs in "
+                  f"{e['wall_s']:.2f} s = {e['configs_per_s']:,.0f} configs/s", flush=True)
+        print(f"workers {n} setup {run['setup_s']:.2f} s", flush=True)
+        print(f"workers {n} peak RSS MB: main {run['peak_rss_mb']['main']}, workers "
+              f"{run['peak_rss_mb']['workers']}", flush=True)
+    result = {"shards": args.shards, "collection": args.collection, "split": args.split, "k": args.k,
+              "batches_per_graph": args.batches_per_graph, "runs": runs, "speedup": speedups(runs)}
+    for name, value in result["speedup"].items():
+        print(f"speed-up {name}: {value:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
