@@ -166,3 +166,26 @@ def test_jax_batches_have_at_most_8_shapes_per_epoch_by_default(varied_tile_shar
 
     counts = json.loads(out.stdout.splitlines()[-1])
     assert counts["False"] == 20 and 1 <= counts["True"] <= 8, counts
+
+
+def _run_jax_example(shards: Path, collection: str, *extra: str) -> tuple[int, int]:
+    script = ROOT / "docs" / "examples" / "batches_jax.py"
+    out = subprocess.run([sys.executable, str(script), str(shards), collection, *extra], capture_output=True,
+                         text=True, env=ENV, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.splitlines()[-1]
+    fields = dict(f.split("=") for f in last.split())
+    return int(fields["traces"]), int(fields["batches"])
+
+
+def test_the_jax_example_compiles_its_step_at_most_8_times_per_epoch(varied_tile_shards, synth_shards):
+    """docs/examples/batches_jax.py (shown in docs/readers.md) counts the traces of its jax.jit step:
+    ≤ 8 for an epoch of 20 graph sizes, 20 with --no-pad; a layout collection trains through the
+    same step, two epochs compiling no more than one."""
+    pytest.importorskip("jax")
+    traces, batches = _run_jax_example(varied_tile_shards, "tile:xla")
+    assert batches == 20 and 1 <= traces <= 8
+    assert _run_jax_example(varied_tile_shards, "tile:xla", "1", "--no-pad") == (20, 20)
+    one = _run_jax_example(synth_shards, "layout:xla:random", "1")
+    two = _run_jax_example(synth_shards, "layout:xla:random", "2")
+    assert two[0] == one[0] <= 8 and two[1] == 2 * one[1]
