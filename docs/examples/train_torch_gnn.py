@@ -140,7 +140,7 @@ def main() -> None:
     ds = tpuprep.open_dataset(args.shards)
     mean, std = ds.normalizer(args.collection)
     model = SageRanker(mean, std, args.collection.startswith("layout"))
-    optim = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
+    optim = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
     batches = tpuprep.ConfigBatches(ds, args.collection, split="train", k=args.k, strategy="uniform",
                                     seed=args.seed, batches_per_graph="sqrt")
     dataset = ConfigBatchDataset(batches)
