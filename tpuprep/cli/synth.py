@@ -124,7 +124,16 @@ def demo(keep, workers) -> None:
         g = ds.load_graph(gid)
         click.echo(f"\nexample: tpuprep.open_dataset(...).load_graph({gid!r}) -> node_feat {g.node_feat.shape}, "
                    f"{g.num_unique_configs} unique of {g.num_configs} configs")
+        click.echo(keep_line(keep))
         if not check.ok:
             sys.exit(EXIT_FATAL)
+
+
+def keep_line(keep: Path | None) -> str:
+    """The demo's last line: where its files stay (``--keep DIR``), or that they go and how to keep them."""
+    if keep is not None:
+        return (f"kept: the tree in {keep / 'synth'}, the shards in {keep / 'shards'} "
+                f"(tpuprep.open_dataset({str(keep / 'shards')!r}))")
+    return "the demo's tree and shards are deleted now; to keep them: tpuprep demo --keep DIR"
 
 
