@@ -108,6 +108,28 @@ def test_slow_validation_is_cut_to_the_budget_and_says_so(ds, clock, monkeypatch
     assert ranker.history[-1]["stopped"] == "time_budget"
 
 
+def test_validation_slower_than_last_time_leaves_no_empty_epoch(ds, clock, monkeypatch):
+    """Each validation graph costs 1 s more than the one before: the estimates (last time's) are
+    always too low, the budget still holds, and no epoch without steps (NaN loss, a validation of
+    unchanged weights) is recorded."""
+    slow(monkeypatch, clock, step=1.0, valid_forward=0.0)
+    cost = iter(range(1, 10_000))
+    real = stream.forward
+
+    def growing(*a, **k):
+        clock.advance(next(cost))
+        return real(*a, **k)
+
+    monkeypatch.setattr(stream, "forward", growing)
+    for seconds in (50.0, 80.0, 120.0):
+        cost = iter(range(1, 10_000))
+        ranker, took = run(ds, clock, seconds)
+        assert took <= seconds * budget.SLACK, (took, ranker.history)
+        steps = [h["steps"] for h in ranker.history]
+        assert steps == sorted(set(steps)) and all(math.isfinite(h["loss"]) for h in ranker.history)
+        assert ranker.history[-1]["stopped"] == "time_budget"
+
+
 @pytest.mark.parametrize("seconds", [0.0, 5.0, 30.0, 200.0])
 def test_budget_kept_without_validation_and_at_any_size(ds, clock, monkeypatch, seconds):
     """Steps of 2.5 s never overrun a budget by more than 10 % (one step is always taken: a budget

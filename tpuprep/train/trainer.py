@@ -321,10 +321,15 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
         else:
             if budget.limited and epoch < cfg.epochs and not budget.room_for_step(validate):
                 stopped = "time_budget"  # no step would fit after this epoch: its validation is final
+        if stopped and not losses and ranker.history:  # the budget ended before this epoch's first step
+            ranker.history[-1]["stopped"] = stopped
+            say(f"stopped: {stopped} (no step fits before the final validation and save; the last "
+                "validation scored the final weights)")
+            break
         entry: dict[str, Any] = {"epoch": epoch, "steps": step, "configs": configs_seen,
                                  "loss": float(np.mean(losses)) if losses else math.nan}
         final = bool(stopped) or epoch == cfg.epochs
-        if validate and (validated_at < step or final):
+        if validate and validated_at < step:
             # a per-epoch validation that would eat the final one's reserve makes this the last epoch
             if not final and budget.left() - budget.valid_estimate() < budget.step_s + budget.reserve(True):
                 stopped, final = "time_budget", True
