@@ -32,10 +32,15 @@ from .optim import AdamW, lr_at
 from .ranker import Ranker, collection_kind
 from .stream import StructureCache, sample_target, score_streamed
 
-TRAIN_STRUCTURE_BYTES = 512 * 2 ** 20
-"""Bytes of prepared graph structures the trainer keeps (``stream.StructureCache``)."""
-TRAIN_KEEP_BYTES = 256 * 2 ** 20
-"""Bytes of chunk activations a training step keeps for its backward pass (``model.forward``)."""
+TRAIN_STRUCTURE_BYTES = 128 * 2 ** 20
+"""Bytes of prepared graph structures the trainer keeps (``stream.StructureCache``; an evicted graph is
+prepared again from its structure and kept digest in milliseconds)."""
+TRAIN_SAMPLER_BYTES = 64 * 2 ** 20
+"""Bytes the sampler's LRU may hold (``ConfigBatches(cache_bytes=)``, shared among the samplers of
+``holdout_fold``): structures, per-config columns, and the decoded configs of graphs of ≤ 1/8 of it."""
+TRAIN_KEEP_BYTES = 128 * 2 ** 20
+"""Bytes of chunk activations a training step keeps for its backward pass (``model.forward``;
+``backward`` recomputes the other chunks, same gradients)."""
 
 
 class TrainingDiverged(FatalError, ValueError):
@@ -179,20 +184,20 @@ def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], 
 
 def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainConfig) -> Any:
     """The sampler of a training run: ``tpuprep.ConfigBatches`` over ``graph_ids``, uniform samples of
-    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``.
-    Graphs of several splits (``holdout_fold`` pools train and valid) get one sampler per split, their
-    batches interleaved in a seeded order (:class:`Interleaved`)."""
+    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``,
+    their LRUs holding ``TRAIN_SAMPLER_BYTES`` together. Graphs of several splits (``holdout_fold``
+    pools train and valid) get one sampler per split, their batches interleaved in a seeded order
+    (:class:`Interleaved`)."""
     from .. import ConfigBatches
 
     wanted = set(graph_ids)
-    samplers = []
-    for split in ds.splits(collection):
-        ids = [g for g in ds.graph_ids(collection, split) if g in wanted]
-        if ids:
-            samplers.append(ConfigBatches(ds, collection, split=split, k=cfg.batch_configs,
-                                          strategy="uniform", seed=cfg.seed, graph_ids=ids,
-                                          batches_per_graph=cfg.batches_per_graph,
-                                          structures=len(ids)))  # bounded by cache_bytes instead
+    parts = [(split, ids) for split in ds.splits(collection)
+             if (ids := [g for g in ds.graph_ids(collection, split) if g in wanted])]
+    samplers = [ConfigBatches(ds, collection, split=split, k=cfg.batch_configs, strategy="uniform",
+                              seed=cfg.seed, graph_ids=ids, batches_per_graph=cfg.batches_per_graph,
+                              structures=len(ids),  # bounded by cache_bytes instead
+                              cache_bytes=TRAIN_SAMPLER_BYTES // len(parts))
+                for split, ids in parts]
     return samplers[0] if len(samplers) == 1 else Interleaved(samplers, cfg.seed)
 
 
