@@ -5,7 +5,8 @@ One step = one batch of the sampler ``tpuprep.ConfigBatches`` (strategy "uniform
 target = the unique config's minimum runtime (layout) or runtime / normalizer (tile). An epoch visits
 every training graph ``batches_per_graph`` times in the sampler's seeded order. The trainer holds the
 sampled configs of one step and an LRU of prepared graph structures (``stream.StructureCache``, bounded
-in bytes), never a collection's codes; the per-epoch validation streams its configs in blocks.
+in bytes), never a collection's codes; the per-epoch validation streams its configs in blocks. With a
+time budget every phase — steps, validations, saves — runs against one deadline (``budget.Budget``).
 Everything random comes from seeded streams (the sampler's and NumPy PCG64 ones derived from ``seed``);
 same seed and data → same weights.
 """
@@ -73,8 +74,9 @@ class TrainConfig:
     weight_decay: float = 1e-5
     clip_norm: float = 1.0
     batches_per_graph: int = 1
-    time_budget: float | None = None  # seconds; stops after the step that crosses it, and the LR
-    # schedule follows whichever of steps and time runs out first (warm-up and decay fit the budget)
+    time_budget: float | None = None  # seconds for the whole run, validation and saving included
+    # (``budget.py``: ends within budget × 1.1); the LR schedule follows whichever of steps and time
+    # runs out first (warm-up and decay fit the budget)
     holdout_fold: int | None = None  # train on train+valid graphs of the other folds, validate on it
     validate: bool = True
     valid_max_configs: int = 2000  # unique configs sampled per graph for the per-epoch check
