@@ -149,6 +149,17 @@ def test_a_slow_first_step_does_not_waste_the_budget(ds, clock, monkeypatch):
     assert all("valid_graphs" not in h for h in ranker.history)  # every validation complete
 
 
+def test_the_first_validation_is_not_judged_by_the_training_rate(ds, clock, monkeypatch):
+    """Steps of 6 s for 8 configs, validation graphs of 1 s for 40: judged by the training rate the
+    first validation looked 30 s a graph and was skipped, then every later one too (seen on the
+    quarter-scale ``full`` xla:random: no validation at all, 40 s of 90 unused)."""
+    slow(monkeypatch, clock, step=6.0, valid_forward=1.0)
+    ranker, took = run(ds, clock, 60.0)
+    assert took <= 60.0 * budget.SLACK, (took, ranker.history)
+    assert all("valid_graphs" not in h and math.isfinite(h["valid_tau"]) for h in ranker.history)
+    assert took >= 0.85 * 60.0, (took, ranker.history)
+
+
 @pytest.mark.parametrize("seconds", [0.0, 5.0, 30.0, 200.0])
 def test_budget_kept_without_validation_and_at_any_size(ds, clock, monkeypatch, seconds):
     """Steps of 2.5 s never overrun a budget by more than 10 % (one step is always taken: a budget

@@ -13,10 +13,15 @@ validation and the saving all run against the same clock:
   duration of the last complete validation (the same graphs and configs are scored every time, so it
   is a good estimate), at most ``VALID_SHARE`` × S; before any validation was measured,
   ``VALID_SHARE`` × S;
+* the run's first validation, whose cost is unknown, may use all that is left; once it is timed,
+  training goes on if a step and the reserve still fit, else it was the final validation;
 * every validation scores graph after graph and block after block against a cut-off (the end of the
   budget minus a save, and minus the reserve for a per-epoch one), so an estimate that was too low
   cannot break the budget: a validation that reaches its cut-off stops there and reports the graphs
-  it scored (``valid_graphs`` "k/m" in the epoch's history), i.e. it is over a bounded subset.
+  it scored (``valid_graphs`` "k/m" in the epoch's history), i.e. it is over a bounded subset. A graph
+  is expected to take its last time, else the slowest validation rate seen; the run's first validation
+  graph has neither, so it starts unchecked and its blocks are checked at its own rate so far — its
+  first block (≤ 32 MB of decoded configs) is the one piece of work no estimate bounds.
 
 The clock is injectable (``clock``), so tests drive a run with fake durations instead of real speed.
 """
@@ -56,8 +61,9 @@ class Budget:
     """The clock of one training run. ``seconds`` None: no budget (every check passes).
 
     Durations it learns (seconds): ``step_s`` the longest training step so far (batch read included),
-    ``valid_s`` the last complete validation, ``save_s`` the last save, and the slowest rates of
-    training and scoring per unit (a config × max(1, configurable nodes); tile: a config).
+    ``valid_s`` the last complete validation, ``save_s`` the last save, ``graph_s`` each validation
+    graph's last scoring time and ``score_unit_s`` the slowest scoring rate per unit (a config ×
+    max(1, configurable nodes); tile: a config).
     """
 
     def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
@@ -69,7 +75,6 @@ class Budget:
         self.valid_s: float | None = None
         self.save_s = 0.0
         self.steps = 0
-        self.train_unit_s = 0.0  # slowest training seconds per (config × configurable node)
         self.score_unit_s = 0.0  # slowest validation seconds per (config × configurable node)
         self.graph_s: dict[str, float] = {}  # last scoring time of each validation graph
 
@@ -115,17 +120,13 @@ class Budget:
         (not ``final``) one minus the whole reserve (final validation + save)."""
         return self.end - (self.save_s if final else self.reserve(True))
 
-    def learn_step(self, seconds: float, units: int) -> None:
-        """A training step took ``seconds`` for ``units`` (configs × configurable nodes). The first step
+    def learn_step(self, seconds: float) -> None:
+        """A training step took ``seconds``. The first step
         of a run (Numba's compiled kernels loaded, the first reads) counts only until a second one was
         timed: it took 3 s where the next ones took 0.1–0.3 s on ``small``, and as the longest step it
         had kept a third of a 30 s budget unused."""
         self.steps += 1
-        rate = seconds / max(units, 1)
-        if self.steps <= 2:
-            self.step_s, self.train_unit_s = seconds, rate
-        else:
-            self.step_s, self.train_unit_s = max(self.step_s, seconds), max(self.train_unit_s, rate)
+        self.step_s = seconds if self.steps <= 2 else max(self.step_s, seconds)
 
     def learn_scoring(self, graph_id: str, seconds: float, units: int) -> None:
         """Scoring validation graph ``graph_id`` took ``seconds`` (its preparation included) for
@@ -133,10 +134,11 @@ class Budget:
         self.graph_s[graph_id] = seconds
         self.score_unit_s = max(self.score_unit_s, seconds / max(units, 1))
 
-    def graph_estimate(self, graph_id: str, units: int) -> float:
+    def graph_estimate(self, graph_id: str, units: int) -> float | None:
         """Seconds to score a validation graph of ``units``: its last time (a validation scores the same
-        rows each time), else at the slowest validation rate seen, else at the slowest training rate
-        (forward + backward: an over-estimate), else 0."""
+        rows each time), else at the slowest validation rate seen; None before any validation graph
+        was timed. (The training rate is no guide: on the quarter-scale ``full`` xla:random it put the
+        first validation at several times its cost, and every validation was skipped.)"""
         if graph_id in self.graph_s:
             return self.graph_s[graph_id]
-        return units * (self.score_unit_s or self.train_unit_s)
+        return units * self.score_unit_s if self.score_unit_s else None

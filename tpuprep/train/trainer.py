@@ -137,8 +137,10 @@ class Validation:
 def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], max_configs: int,
                     seed: int, budget: Budget | None = None, cutoff: float = math.inf) -> Validation:
     """:func:`quick_validation` against a ``budget``'s clock: before each graph and each streamed block,
-    the estimated scoring time (``Budget.scoring_estimate``) must fit before ``cutoff``, else the
-    validation stops there and the mean is over the graphs scored so far. Graphs are scored in the
+    its expected scoring time must fit before ``cutoff``, else the validation stops there and the mean
+    is over the graphs scored so far. Expected: the graph's last time (shared out over its blocks), else
+    the slowest validation rate seen per config × configurable node, else — the run's first validation
+    graph — the rate of its blocks scored so far (its first block starts unchecked). Graphs are scored in the
     order of ``ids``; the same rows are drawn each time (seeded by ``seed`` and the graph's place)."""
     vals = []
     kind = ranker.config.kind
@@ -157,18 +159,27 @@ def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], 
                 unusable += 1
                 continue
             c_u = structure.num_unique_configs
-            units = max(1, len(pg.config_pos))  # per config
+            per_config = max(1, len(pg.config_pos))  # scoring units (config × configurable node)
             rng = np.random.Generator(np.random.PCG64([seed, len(vals)]))
             rows = np.arange(c_u)
             if len(rows) > max_configs:
                 rows = np.sort(rng.choice(c_u, max_configs, replace=False))
-            units *= len(rows)
-            expect = 0.0 if budget is None else budget.graph_estimate(gid, units)
-            fits(expect)
+            units = per_config * len(rows)
+            known = None if budget is None else budget.graph_estimate(gid, units)
+            fits(known or 0.0)  # a graph of unknown cost starts; its blocks are checked as they come
             targets: list[np.ndarray] = []
+            done = [0]  # units of the blocks scored so far
 
-            def on_block(block: Any, acc: list[np.ndarray] = targets, share: float = expect / len(rows)) -> None:
-                fits(share * len(block.rows))
+            def on_block(block: Any, acc: list[np.ndarray] = targets, start: float = t,
+                         known: float | None = known, n: int = len(rows), unit: int = per_config,
+                         done: list[int] = done) -> None:
+                here = len(block.rows) * unit
+                if known is not None:  # this graph's last time, shared out over its blocks
+                    fits(known * len(block.rows) / n)
+                elif budget is not None:  # at the rate seen so far (validations, else this graph)
+                    rate = budget.score_unit_s or ((clock() - start) / done[0] if done[0] else 0.0)
+                    fits(rate * here)
+                done[0] += here
                 acc.append(sample_target(block, kind))
 
             scores = score_streamed(ranker, structures.ds, gid, pg, rows, on_block=on_block)
@@ -323,7 +334,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
             losses.append(loss)
             step += 1
             now = budget.clock()
-            budget.learn_step(now - last, len(target) * max(1, len(pg.config_pos)))
+            budget.learn_step(now - last)
             last = now
         else:
             if budget.limited and epoch < cfg.epochs and not budget.room_for_step(validate):
@@ -337,10 +348,17 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
                                  "loss": float(np.mean(losses)) if losses else math.nan}
         final = bool(stopped) or epoch == cfg.epochs
         if validate and validated_at < step:
-            # a per-epoch validation that would eat the final one's reserve makes this the last epoch
-            if not final and budget.left() - budget.valid_estimate() < budget.step_s + budget.reserve(True):
-                stopped, final = "time_budget", True
-            entry.update(validation(final))
+            if not final and budget.limited and budget.valid_s is None:
+                # the first validation's cost is unknown: it may use what is left; once timed, training
+                # goes on if a step and another validation still fit, else this one was the final one
+                entry.update(validation(True))
+                if not budget.room_for_step(True):
+                    stopped = "time_budget"
+            else:
+                # a per-epoch validation that would eat the final one's reserve makes this the last epoch
+                if not final and budget.left() - budget.valid_estimate() < budget.step_s + budget.reserve(True):
+                    stopped, final = "time_budget", True
+                entry.update(validation(final))
             validated_at = step
         entry["seconds"] = round(budget.elapsed(), 3)
         msg = f"epoch {epoch}/{cfg.epochs}  loss {entry['loss']:.4f}  steps {step}"
