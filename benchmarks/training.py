@@ -1,7 +1,7 @@
 """The trainer against its acceptance bar, and its throughput.
 
 ``python -m benchmarks.training --work DIR [--seconds 120] [--alexnet PATH] [--json F] [--profile small]
-[--collections C1,C2] [--set KEY=VALUE ...]`` (``--set``: TrainConfig fields, e.g. ``lr=2e-4``)
+[--collections C1,C2] [--set KEY=VALUE ...] [--cli]`` (``--set``: TrainConfig fields, e.g. ``lr=2e-4``)
 
 1. Synthesises the ``small`` profile (seed 0; ``--profile tiny`` for a smoke run) into ``DIR/synth`` and
    builds it into ``DIR/shards`` (both reused when present).
@@ -10,6 +10,10 @@
    violation-ratio heuristic's τ and the training-free modal-work share's τ (``baseline.modal_work_share``)
    for layout; the tile score and τ for tile. Training throughput = configs
    scored in training steps (forward + backward) per second of training (validation excluded).
+   With ``--cli`` each model is trained by ``tpuprep train --time-budget SECONDS`` (per-epoch
+   validation on, as a user runs it) in its own measured process (``benchmarks.measure``): the row
+   adds its wall time, ``wall / budget``, the start-up it reported (not charged to the budget), the
+   promise ``wall ≤ budget × 1.1 + start-up`` (a check) and its peak RSS.
 3. With ``--alexnet``, the real ``alexnet_train_batch_32.npz``: built as layout:xla:default, trained on
    80 % of its unique configs (``ConfigHoldout``) and scored on the other 20 % with all their duplicates.
 
@@ -55,6 +59,33 @@ def train_timed(ds, collection: str, seconds: float, **extra):
                     "configs_per_s": round(last["configs"] / last["seconds"], 1)}
 
 
+def train_cli(shards: Path, collection: str, seconds: float, out: Path, **extra) -> tuple[object, dict]:
+    """A model trained by ``tpuprep train --time-budget seconds`` in a measured child process; returns
+    (ranker, record with wall_s, budget_s, wall_over_budget, startup_s, peak_rss_mb, steps, configs)."""
+    from benchmarks.__main__ import tpuprep_cmd
+    from benchmarks.measure import measure
+    from tpuprep.train import Ranker
+    from tpuprep.train.budget import SLACK
+
+    flags = {"epochs": 100_000, **extra}
+    args: list[str] = []
+    for key, value in flags.items():
+        name = key.replace("_", "-")
+        args += ([f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool)
+                 else [f"--{name}", str(value)])
+    m = measure(tpuprep_cmd("train", "--shards", str(shards), "--collection", collection, "--out", str(out),
+                            "--time-budget", repr(seconds), "-q", *args))
+    ranker = Ranker.load(out)
+    last = ranker.history[-1]
+    startup = last.get("startup_seconds") or 0.0
+    rec = {"wall_s": round(m.wall_s, 1), "budget_s": seconds, "wall_over_budget": round(m.wall_s / seconds, 3),
+           "startup_s": startup, "peak_rss_mb": round(m.peak_rss_mb, 1), "steps": last["steps"],
+           "configs": last["configs"], "configs_per_s": round(last["configs"] / max(last["seconds"], 1e-9), 1),
+           "load": [m.load_before, m.load_after]}
+    rec["budget_kept"] = m.wall_s <= seconds * SLACK + startup + 1.0  # + 1 s: interpreter exit
+    return ranker, rec
+
+
 def modal_work_tau(ds, collection: str) -> float:
     """Mean valid τ of the training-free ``baseline.modal_work_share`` over all original configs."""
     import numpy as np
@@ -71,7 +102,7 @@ def modal_work_tau(ds, collection: str) -> float:
 
 
 def synthetic(work: Path, profile: str, seconds: float, collections: list[str] | None = None,
-              **extra) -> dict:
+              cli: bool = False, **extra) -> dict:
     import tpuprep
     from tpuprep.train import evaluate
 
@@ -79,7 +110,10 @@ def synthetic(work: Path, profile: str, seconds: float, collections: list[str] |
     ds = tpuprep.open_dataset(shards)
     out: dict = {}
     for coll in collections or ds.collections:
-        ranker, thr = train_timed(ds, coll, seconds, **extra)
+        if cli:
+            ranker, thr = train_cli(shards, coll, seconds, work / "models" / coll.replace(":", "_"), **extra)
+        else:
+            ranker, thr = train_timed(ds, coll, seconds, **extra)
         res = evaluate(ds, [ranker], split="valid", truth=synth, log=None)
         s = res.summary[coll]
         row = {**thr, "graphs": int(s["graphs"])}
@@ -92,6 +126,8 @@ def synthetic(work: Path, profile: str, seconds: float, collections: list[str] |
             row |= {"tile_score": s["tile_score"], "tile_score_oracle": s.get("tile_score_oracle"),
                     "tau": s["tau"]}
             row["checks"] = {"tile score >= 0.9": s["tile_score"] >= 0.9}
+        if cli:
+            row["checks"]["wall <= budget x 1.1 + start-up"] = thr["budget_kept"]
         out[coll] = row
         print(f"{coll:20s} {json.dumps(row)}", flush=True)
     return out
@@ -139,14 +175,18 @@ def main() -> None:
     ap.add_argument("--profile", default="small", help="synthetic profile (the acceptance bar is for small)")
     ap.add_argument("--collections", default=None, help="comma-separated collections (default: all)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a TrainConfig field for every model, e.g. --set lr=2e-4 --set loss=ranknet")
+                    help="a TrainConfig field for every model, e.g. --set lr=2e-4 --set loss=ranknet "
+                         "(with --cli: a `tpuprep train` option, e.g. --set batch_configs=32)")
+    ap.add_argument("--cli", action="store_true",
+                    help="train through `tpuprep train` in a measured process: wall vs budget, peak RSS")
     args = ap.parse_args()
     extra = {k: _value(v) for k, v in (item.split("=", 1) for item in args.set)}
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"profile": args.profile, "seconds_per_collection": args.seconds,
            "settings": extra,
            "collections": synthetic(args.work, args.profile, args.seconds,
-                                    args.collections.split(",") if args.collections else None, **extra)}
+                                    args.collections.split(",") if args.collections else None,
+                                    cli=args.cli, **extra)}
     if args.alexnet is not None:
         res["alexnet"] = alexnet(args.work, args.alexnet, args.seconds)
     failed = [f"{c}: {name}" for c, r in res["collections"].items() for name, ok in r["checks"].items() if not ok]

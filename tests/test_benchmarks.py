@@ -75,6 +75,15 @@ def test_training_benchmark_runs_on_tiny_and_on_the_real_alexnet(tmp_path):
     one = json.loads((tmp_path / "one.json").read_text())
     assert list(one["collections"]) == ["tile:xla"]
     assert one["settings"] == {"loss": "ranknet", "lr": 1e-3, "batch_configs": 16}
+    # through the CLI in a measured process: wall time against the budget, start-up and peak RSS
+    proc = run_module("benchmarks.training", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seconds", "2",
+                      "--collections", "layout:xla:random", "--cli", "--set", "hidden=8", "--json",
+                      str(tmp_path / "cli.json"))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    row = json.loads((tmp_path / "cli.json").read_text())["collections"]["layout:xla:random"]
+    assert row["peak_rss_mb"] > 50 and row["wall_s"] > 0 and row["startup_s"] > 0
+    assert abs(row["wall_over_budget"] - row["wall_s"] / 2) < 0.05
+    assert row["checks"]["wall <= budget x 1.1 + start-up"] is row["budget_kept"]
     if alexnet.is_file():
         a = res["alexnet"]
         assert a["scored_configs"] >= a["scored_unique_configs"] and -1 <= a["tau"] <= 1

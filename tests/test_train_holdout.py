@@ -90,3 +90,25 @@ def test_train_and_evaluate_run_on_a_holdout_view(ds):
     assert all(-1 <= r["tau"] <= 1 for r in res.rows)
     assert sum(r["configs"] for r in res.rows) == sum(view.load_graph(v).num_configs
                                                      for v in view.graph_ids(LAYOUT, "valid"))
+
+
+def test_view_blocks_read_the_graph_structure_once(ds, monkeypatch):
+    """Renumbering a view's blocks and samples needs the graph's kept original indices: read once per
+    view (issue #30), not a whole-graph structure read per block or training batch."""
+    view = ConfigHoldout(ds, LAYOUT, 0.25, seed=3)
+    vid = max(view.graph_ids(LAYOUT, "train"), key=view.num_unique_configs)
+    whole = view.load_graph(vid)
+    reads = []
+    real = ds.load_graph
+
+    def spy(graph_id, configs=True):
+        reads.append(graph_id)
+        return real(graph_id, configs)
+
+    monkeypatch.setattr(ds, "load_graph", spy)
+    blocks = list(view.iter_config_blocks(vid, rows_per_block=3))
+    for seed in range(4):
+        view.sample_configs(vid, 5, seed)
+    assert len(blocks) > 2 and len(reads) == 1
+    np.testing.assert_array_equal(np.concatenate([b.rows for b in blocks]), np.arange(whole.num_unique_configs))
+    np.testing.assert_array_equal(np.concatenate([b.first_index for b in blocks]), whole.first_index)

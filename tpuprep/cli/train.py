@@ -126,7 +126,9 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=None, type=click.FloatRange(min=0),
-              help="Stop after this many seconds of training (the model is still saved).")
+              help="Seconds the whole run may take, validation and saving included (the model is "
+                   "saved within S x 1.1; start-up before training, i.e. imports and opening the "
+                   "shards, is reported, not counted). See tpuprep/train/README.md.")
 @click.option("--holdout-fold", default=None, type=click.IntRange(min=0),
               help="Train on train+valid graphs outside this fold (ds.fold) and validate on it.")
 @click.option("--validate/--no-validate", default=True, show_default=True,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,8 @@ import numpy as np
 from .. import ConfigSample, GraphRecord, sample_rows
 
 TRAIN_SUFFIX, HOLDOUT_SUFFIX = "@train", "@holdout"
+ORIGINALS_KEPT = 8
+"""Views whose kept original indices (8 bytes per original config) :class:`ConfigHoldout` keeps."""
 
 
 def restrict_configs(record: GraphRecord, unique_rows: np.ndarray, graph_id: str, split: str) -> GraphRecord:
@@ -79,6 +82,7 @@ class ConfigHoldout:
             raise ValueError(f"fraction must lie strictly between 0 and 1, got {fraction}")
         self.ds, self.collection, self.fraction, self.seed = ds, collection, fraction, seed
         self._views: dict[str, tuple[str, str, np.ndarray]] = {}  # view id -> (graph id, split, rows)
+        self._originals_lru: OrderedDict[str, np.ndarray] = OrderedDict()
         unique = {i["graph_id"]: i["counts"]["unique_configs"] for i in ds.manifest["inputs"]
                   if i["status"] == "ok"}
         for gid in ds.graph_ids(collection, split="train"):  # train graphs always carry runtimes
@@ -145,11 +149,24 @@ class ConfigHoldout:
             raise IndexError(f"rows of {graph_id!r} must lie in 0..{n - 1}")
         return want
 
+    def _originals(self, graph_id: str) -> np.ndarray:
+        """Ascending original indices of the underlying graph that a view keeps, (c',) int64; the last
+        ``ORIGINALS_KEPT`` views' are kept (each block and batch of a view needs them: reading the
+        graph's structure again for every block, as before, cost a whole-graph read per batch)."""
+        got = self._originals_lru.get(graph_id)
+        if got is None:
+            gid, _, kept = self._views[graph_id]
+            inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
+            got = self._originals_lru[graph_id] = np.flatnonzero(np.isin(inverse, kept))
+            while len(self._originals_lru) > ORIGINALS_KEPT:
+                self._originals_lru.popitem(last=False)
+        self._originals_lru.move_to_end(graph_id)
+        return got
+
     def _renumbered(self, graph_id: str, block: ConfigSample) -> ConfigSample:
         """A block of the underlying graph in the view's numbering (rows, first_index)."""
-        gid, _, kept = self._views[graph_id]
-        inverse = np.asarray(self.ds.load_graph(gid, configs=False).config_inverse, np.int64)
-        originals = np.flatnonzero(np.isin(inverse, kept))  # ascending original indices that stay
+        kept = self._views[graph_id][2]
+        originals = self._originals(graph_id)  # ascending original indices that stay
         return dataclasses.replace(
             block, graph_id=graph_id, rows=np.searchsorted(kept, block.rows).astype(np.int64),
             first_index=np.searchsorted(originals, block.first_index).astype(np.int32))

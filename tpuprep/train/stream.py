@@ -8,7 +8,8 @@ streams its configs the same way, so at any time one block of at most ``ROWS_PER
 configs and ``BLOCK_BYTES`` of layout values is held (:func:`rows_per_block`), never a graph's (let
 alone a collection's) codes. Scores equal ``Ranker.predict_unique`` on the
 whole record bit for bit: whatever the blocks, the model sees the same batches of ``SCORE_BATCH``
-configs (inputs left over from one block wait for the next).
+configs (inputs left over from one block are copied into one batch buffer that the next block fills,
+so at most one block and one batch of inputs are held).
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ class StructureCache:
     """An LRU of prepared graph structures: ``get(gid)`` → (structure, PreparedGraph), bounded in bytes
     (``max_bytes``, the arrays of structure + prepared inputs) and optionally in graphs (``max_items``).
     The most recent graph is always kept; evicted ones are read and prepared again when next needed.
-    No configs are held here (they come from the sampler or a stream).
+    No configs are held here (they come from the sampler or a stream). The config digest of every graph
+    seen is kept apart from the LRU (``digests``: (nc,) int64 layout, (6,) bool tile — ≤ 28 KB a graph at
+    nc = 3,541): computing it streams up to ``features.MODAL_SAMPLE`` configs (0.1–0.8 s a graph of
+    ``bench``) where preparing the structure again takes milliseconds, so an evicted graph comes back
+    without reading a config and the LRU can stay small.
     """
 
     def __init__(self, ds: Any, ranker: Ranker, max_items: int | None = None,
@@ -94,6 +99,7 @@ class StructureCache:
         self.max_items = None if max_items is None else max(1, int(max_items))
         self.max_bytes = int(max_bytes)
         self._items: OrderedDict[str, tuple[Any, PreparedGraph, int]] = OrderedDict()
+        self.digests: dict[str, ConfigDigest] = {}
         self.bytes = 0
 
     def get(self, graph_id: str, structure: Any = None) -> tuple[Any, PreparedGraph]:
@@ -104,9 +110,11 @@ class StructureCache:
             self._items.move_to_end(graph_id)
             return item[0], item[1]
         if structure is None:
-            structure, pg = prepare_streamed(self.ranker, self.ds, graph_id)
-        else:
-            pg = self.ranker.prepare(structure, config_digest(self.ds, structure, self.ranker.config.kind))
+            structure = self.ds.load_graph(graph_id, configs=False)
+        digest = self.digests.get(graph_id)
+        if digest is None:
+            digest = self.digests[graph_id] = config_digest(self.ds, structure, self.ranker.config.kind)
+        pg = self.ranker.prepare(structure, digest)
         size = nbytes(structure) + nbytes(pg)
         self._items[graph_id] = (structure, pg, size)
         self.bytes += size
@@ -140,7 +148,8 @@ def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
     (for what else a caller needs of the configs: runtimes, first_index, a baseline)."""
     st = ranker.static(pg)
     parts: list[np.ndarray] = []
-    pending: list[np.ndarray] = []  # inputs not scored yet (< SCORE_BATCH configs between blocks)
+    buf: np.ndarray | None = None  # one batch assembled across blocks (never two blocks at once)
+    filled = 0
 
     def score(inputs: np.ndarray) -> None:
         s, _ = forward(ranker.params, pg, inputs, ranker.config, st, keep=False)
@@ -150,13 +159,24 @@ def score_streamed(ranker: Ranker, ds: Any, graph_id: str, pg: PreparedGraph,
     for block in ds.iter_config_blocks(graph_id, rows_per_block(nc), rows):
         if on_block is not None:
             on_block(block)
-        pending.append(ranker.sample_inputs(pg, block))
-        if sum(len(p) for p in pending) >= SCORE_BATCH:
-            inputs = np.concatenate(pending)
-            full = len(inputs) - len(inputs) % SCORE_BATCH
-            for start in range(0, full, SCORE_BATCH):
-                score(inputs[start:start + SCORE_BATCH])
-            pending = [inputs[full:]]
-    if pending and sum(len(p) for p in pending):
-        score(np.concatenate(pending))
+        x = ranker.sample_inputs(pg, block)
+        del block
+        at = 0
+        while at < len(x):
+            if not filled and len(x) - at >= SCORE_BATCH:  # a whole batch inside the block: no copy
+                score(x[at:at + SCORE_BATCH])
+                at += SCORE_BATCH
+                continue
+            if buf is None:
+                buf = np.empty((SCORE_BATCH, *x.shape[1:]), x.dtype)
+            take = min(SCORE_BATCH - filled, len(x) - at)
+            buf[filled:filled + take] = x[at:at + take]
+            filled, at = filled + take, at + take
+            if filled == SCORE_BATCH:
+                score(buf)
+                filled = 0
+        del x
+    if filled:
+        assert buf is not None
+        score(buf[:filled])
     return np.concatenate(parts) if parts else np.zeros(0, np.float64)

@@ -5,7 +5,8 @@ One step = one batch of the sampler ``tpuprep.ConfigBatches`` (strategy "uniform
 target = the unique config's minimum runtime (layout) or runtime / normalizer (tile). An epoch visits
 every training graph ``batches_per_graph`` times in the sampler's seeded order. The trainer holds the
 sampled configs of one step and an LRU of prepared graph structures (``stream.StructureCache``, bounded
-in bytes), never a collection's codes; the per-epoch validation streams its configs in blocks.
+in bytes), never a collection's codes; the per-epoch validation streams its configs in blocks. With a
+time budget every phase — steps, validations, saves — runs against one deadline (``budget.Budget``).
 Everything random comes from seeded streams (the sampler's and NumPy PCG64 ones derived from ``seed``);
 same seed and data → same weights.
 """
@@ -24,12 +25,23 @@ import numpy as np
 
 from ..errors import FatalError
 from ._blas import blas_threads
+from .budget import Budget, OutOfTime, startup_seconds
 from .losses import LOSSES, pairwise_loss
 from .metrics import kendall_tau, slowdown_at_k
 from .model import ModelConfig, backward, forward
 from .optim import AdamW, lr_at
 from .ranker import Ranker, collection_kind
 from .stream import StructureCache, sample_target, score_streamed
+
+TRAIN_STRUCTURE_BYTES = 128 * 2 ** 20
+"""Bytes of prepared graph structures the trainer keeps (``stream.StructureCache``; an evicted graph is
+prepared again from its structure and kept digest in milliseconds)."""
+TRAIN_SAMPLER_BYTES = 64 * 2 ** 20
+"""Bytes the sampler's LRU may hold (``ConfigBatches(cache_bytes=)``, shared among the samplers of
+``holdout_fold``): structures, per-config columns, and the decoded configs of graphs of ≤ 1/8 of it."""
+TRAIN_KEEP_BYTES = 128 * 2 ** 20
+"""Bytes of chunk activations a training step keeps for its backward pass (``model.forward``;
+``backward`` recomputes the other chunks, same gradients)."""
 
 
 class TrainingDiverged(FatalError, ValueError):
@@ -62,8 +74,9 @@ class TrainConfig:
     weight_decay: float = 1e-5
     clip_norm: float = 1.0
     batches_per_graph: int = 1
-    time_budget: float | None = None  # seconds; stops after the step that crosses it, and the LR
-    # schedule follows whichever of steps and time runs out first (warm-up and decay fit the budget)
+    time_budget: float | None = None  # seconds for the whole run, validation and saving included
+    # (``budget.py``: ends within budget × 1.1); the LR schedule follows whichever of steps and time
+    # runs out first (warm-up and decay fit the budget)
     holdout_fold: int | None = None  # train on train+valid graphs of the other folds, validate on it
     validate: bool = True
     valid_max_configs: int = 2000  # unique configs sampled per graph for the per-epoch check
@@ -104,46 +117,100 @@ def quick_validation(ranker: Ranker, structures: StructureCache, ids: list[str],
                      seed: int) -> float:
     """Mean score over ``ids`` on ≤ max_configs sampled unique configs: τ (layout), tile score (tile).
     The configs are streamed in blocks (``stream.score_streamed``)."""
+    return validate_within(ranker, structures, ids, max_configs, seed).score
+
+
+@dataclass
+class Validation:
+    """A validation's mean score, the graphs it scored of those it had (``scored < total`` when it
+    reached its cut-off) and whether it scored them all."""
+
+    score: float
+    scored: int
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return self.scored == self.total
+
+
+def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], max_configs: int,
+                    seed: int, budget: Budget | None = None, cutoff: float = math.inf) -> Validation:
+    """:func:`quick_validation` against a ``budget``'s clock: before each graph and each streamed block,
+    its expected scoring time must fit before ``cutoff``, else the validation stops there and the mean
+    is over the graphs scored so far. Expected: the graph's last time (shared out over its blocks), else
+    the slowest validation rate seen per config × configurable node, else — the run's first validation
+    graph — the rate of its blocks scored so far (its first block starts unchecked). Graphs are scored in the
+    order of ``ids``; the same rows are drawn each time (seeded by ``seed`` and the graph's place)."""
     vals = []
     kind = ranker.config.kind
-    for gid in ids:
-        structure, pg = structures.get(gid)
-        if not usable_for_training(structure, kind):
-            continue
-        c_u = structure.num_unique_configs
-        rng = np.random.Generator(np.random.PCG64([seed, len(vals)]))
-        rows = np.arange(c_u)
-        if len(rows) > max_configs:
-            rows = np.sort(rng.choice(c_u, max_configs, replace=False))
-        targets: list[np.ndarray] = []
-        scores = score_streamed(ranker, structures.ds, gid, pg, rows,
-                                on_block=lambda block, acc=targets: acc.append(sample_target(block, kind)))
-        target = np.concatenate(targets)
-        if kind == "layout":
-            v = kendall_tau(scores, target)
-        else:
-            v = 2.0 - slowdown_at_k(scores, target, 5)
-        if math.isfinite(v):
-            vals.append(v)
-    return float(np.mean(vals)) if vals else math.nan
+    scored = unusable = 0
+    clock = budget.clock if budget is not None else time.monotonic
+
+    def fits(seconds: float) -> None:
+        if budget is not None and clock() + seconds > cutoff:
+            raise OutOfTime
+
+    try:
+        for gid in ids:
+            t = clock()
+            structure, pg = structures.get(gid)
+            if not usable_for_training(structure, kind):
+                unusable += 1
+                continue
+            c_u = structure.num_unique_configs
+            per_config = max(1, len(pg.config_pos))  # scoring units (config × configurable node)
+            rng = np.random.Generator(np.random.PCG64([seed, len(vals)]))
+            rows = np.arange(c_u)
+            if len(rows) > max_configs:
+                rows = np.sort(rng.choice(c_u, max_configs, replace=False))
+            units = per_config * len(rows)
+            known = None if budget is None else budget.graph_estimate(gid, units)
+            fits(known or 0.0)  # a graph of unknown cost starts; its blocks are checked as they come
+            targets: list[np.ndarray] = []
+            done = [0]  # units of the blocks scored so far
+
+            def on_block(block: Any, acc: list[np.ndarray] = targets, start: float = t,
+                         known: float | None = known, n: int = len(rows), unit: int = per_config,
+                         done: list[int] = done) -> None:
+                here = len(block.rows) * unit
+                if known is not None:  # this graph's last time, shared out over its blocks
+                    fits(known * len(block.rows) / n)
+                elif budget is not None:  # at the rate seen so far (validations, else this graph)
+                    rate = budget.score_unit_s or ((clock() - start) / done[0] if done[0] else 0.0)
+                    fits(rate * here)
+                done[0] += here
+                acc.append(sample_target(block, kind))
+
+            scores = score_streamed(ranker, structures.ds, gid, pg, rows, on_block=on_block)
+            if budget is not None:
+                budget.learn_scoring(gid, clock() - t, units)
+            target = np.concatenate(targets)
+            v = kendall_tau(scores, target) if kind == "layout" else 2.0 - slowdown_at_k(scores, target, 5)
+            scored += 1
+            if math.isfinite(v):
+                vals.append(v)
+    except OutOfTime:
+        pass  # the graphs left count as not scored
+    return Validation(float(np.mean(vals)) if vals else math.nan, scored, len(ids) - unusable)
 
 
 def config_batches(ds: Any, collection: str, graph_ids: list[str], cfg: TrainConfig) -> Any:
     """The sampler of a training run: ``tpuprep.ConfigBatches`` over ``graph_ids``, uniform samples of
-    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``.
-    Graphs of several splits (``holdout_fold`` pools train and valid) get one sampler per split, their
-    batches interleaved in a seeded order (:class:`Interleaved`)."""
+    ``batch_configs`` unique configs, ``batches_per_graph`` per graph and epoch, seeded by ``seed``,
+    their LRUs holding ``TRAIN_SAMPLER_BYTES`` together. Graphs of several splits (``holdout_fold``
+    pools train and valid) get one sampler per split, their batches interleaved in a seeded order
+    (:class:`Interleaved`)."""
     from .. import ConfigBatches
 
     wanted = set(graph_ids)
-    samplers = []
-    for split in ds.splits(collection):
-        ids = [g for g in ds.graph_ids(collection, split) if g in wanted]
-        if ids:
-            samplers.append(ConfigBatches(ds, collection, split=split, k=cfg.batch_configs,
-                                          strategy="uniform", seed=cfg.seed, graph_ids=ids,
-                                          batches_per_graph=cfg.batches_per_graph,
-                                          structures=len(ids)))  # bounded by cache_bytes instead
+    parts = [(split, ids) for split in ds.splits(collection)
+             if (ids := [g for g in ds.graph_ids(collection, split) if g in wanted])]
+    samplers = [ConfigBatches(ds, collection, split=split, k=cfg.batch_configs, strategy="uniform",
+                              seed=cfg.seed, graph_ids=ids, batches_per_graph=cfg.batches_per_graph,
+                              structures=len(ids),  # bounded by cache_bytes instead
+                              cache_bytes=TRAIN_SAMPLER_BYTES // len(parts))
+                for split, ids in parts]
     return samplers[0] if len(samplers) == 1 else Interleaved(samplers, cfg.seed)
 
 
@@ -174,22 +241,26 @@ class Interleaved:
 
 def train(ds: Any, collection: str, config: TrainConfig | None = None,
           out: str | Path | None = None, log: TextIO | None = sys.stderr,
-          batches: Callable[[list[str]], Any] | None = None) -> Ranker:
+          batches: Callable[[list[str]], Any] | None = None,
+          clock: Callable[[], float] | None = None) -> Ranker:
     """Train a model for ``collection`` on ``ds`` (the docs/spec.md §4 reader); save it to ``out`` if given.
 
     Progress goes to ``log`` (stderr by default; None silences it), one line per epoch. Returns the model.
     batches: ``batches(graph_ids)`` → a sampler with the ``ConfigBatches`` contract (``set_epoch(e)``,
     then iterating yields batches with ``graph_id``, ``structure``, ``sample``); None:
-    :func:`config_batches`.
+    :func:`config_batches`. clock: seconds (default ``time.monotonic``) that ``time_budget`` is kept
+    against, from the moment of this call to the saved model (``budget.py``).
     """
     cfg = config or TrainConfig()
+    budget = Budget(cfg.time_budget, clock or time.monotonic)
     # overflow in an intermediate (gelu's x³) is harmless; non-finite weights are refused
     with blas_threads(cfg.threads), np.errstate(over="ignore", invalid="ignore"):
-        return _train(ds, collection, cfg, out, log, batches)
+        return _train(ds, collection, cfg, out, log, batches, budget)
 
 
 def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
-           log: TextIO | None, batches: Callable[[list[str]], Any] | None) -> Ranker:
+           log: TextIO | None, batches: Callable[[list[str]], Any] | None, budget: Budget) -> Ranker:
+    startup = startup_seconds()
     kind = collection_kind(collection)
     if collection not in ds.collections:
         raise ValueError(f"collection {collection!r} not in the dataset (has {ds.collections})")
@@ -201,50 +272,100 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
     hyper = asdict(cfg)
     hyper.update(n_train_graphs=len(train_ids), n_valid_graphs=len(valid_ids))
     ranker = Ranker.create(collection, ds.stats(collection), mcfg, cfg.seed, hyper)
-    structures = StructureCache(ds, ranker, cfg.cache_graphs)
+    structures = StructureCache(ds, ranker, cfg.cache_graphs, TRAIN_STRUCTURE_BYTES)
     opt = AdamW(ranker.params, weight_decay=cfg.weight_decay, clip_norm=cfg.clip_norm)
     usable = [gid for gid in train_ids if usable_for_training(ds.load_graph(gid, configs=False), kind)]
     if not usable:
         raise ValueError(f"no training graph of {collection} has ≥ 2 labelled unique configs")
+    validate = bool(cfg.validate and valid_ids)
+    if validate:
+        valid_ids = [g for g in valid_ids if usable_for_training(ds.load_graph(g, configs=False), kind)]
     sampler = (batches or (lambda ids: config_batches(ds, collection, ids, cfg)))(usable)
     total = max(1, cfg.epochs * len(sampler))
     step = configs_seen = 0
-    t0 = time.monotonic()
     stopped = ""
+    name = "valid_tau" if kind == "layout" else "valid_tile_score"
+    validated_at = -1  # the step count at the last validation
 
     def say(msg: str) -> None:
         if log is not None:
             print(msg, file=log, flush=True)
 
-    say(f"train {collection}: {len(usable)} graphs, {len(valid_ids)} for validation, "
-        f"{cfg.epochs} epochs, batch {cfg.batch_configs}, loss {cfg.loss}")
+    def save() -> None:
+        if out is not None:
+            t = budget.clock()
+            ranker.save(out)
+            budget.save_s = max(budget.save_s, budget.clock() - t)
+
+    def validation(final: bool) -> dict[str, Any]:
+        t = budget.clock()
+        v = validate_within(ranker, structures, valid_ids, cfg.valid_max_configs, cfg.seed, budget,
+                            budget.cutoff(final))
+        took = budget.clock() - t
+        if v.complete:
+            budget.valid_s = took
+        res: dict[str, Any] = {name: v.score, "valid_seconds": round(took, 3)}
+        if not v.complete:
+            res["valid_graphs"] = f"{v.scored}/{v.total}"
+        return res
+
+    say(f"train {collection}: {len(usable)} graphs, {len(valid_ids) if validate else 0} for validation, "
+        f"{cfg.epochs} epochs, batch {cfg.batch_configs}, loss {cfg.loss}"
+        + ("" if startup is None else f"; start-up {startup:.1f}s (before train: imports, opening the "
+           "shards)" + (", not in the time budget" if budget.limited else "")))
     for epoch in range(1, cfg.epochs + 1):
         losses = []
         sampler.set_epoch(epoch)
+        last = budget.clock()
         for batch in sampler:
+            if step and not budget.room_for_step(validate):
+                stopped = "time_budget"
+                break
             _, pg = structures.get(batch.graph_id, batch.structure)
             target = sample_target(batch.sample, kind)
             assert target is not None
             configs_seen += len(target)
-            scores, fc = forward(ranker.params, pg, ranker.sample_inputs(pg, batch.sample), mcfg)
+            scores, fc = forward(ranker.params, pg, ranker.sample_inputs(pg, batch.sample), mcfg,
+                                 keep_bytes=TRAIN_KEEP_BYTES)
             loss, dscores = pairwise_loss(scores, target, cfg.loss, cfg.margin)
             grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
-            spent = None if cfg.time_budget is None else (time.monotonic() - t0) / max(cfg.time_budget, 1e-9)
-            opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=spent))
+            del fc
+            opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=budget.progress(validate)))
             losses.append(loss)
             step += 1
-            if cfg.time_budget is not None and time.monotonic() - t0 > cfg.time_budget:
-                stopped = "time_budget"
-                break
+            now = budget.clock()
+            budget.learn_step(now - last)
+            last = now
+        else:
+            if budget.limited and epoch < cfg.epochs and not budget.room_for_step(validate):
+                stopped = "time_budget"  # no step would fit after this epoch: its validation is final
+        if stopped and not losses and ranker.history:  # the budget ended before this epoch's first step
+            ranker.history[-1]["stopped"] = stopped
+            say(f"stopped: {stopped} (no step fits before the final validation and save; the last "
+                "validation scored the final weights)")
+            break
         entry: dict[str, Any] = {"epoch": epoch, "steps": step, "configs": configs_seen,
-                                 "loss": float(np.mean(losses)) if losses else math.nan,
-                                 "seconds": round(time.monotonic() - t0, 3)}
+                                 "loss": float(np.mean(losses)) if losses else math.nan}
+        final = bool(stopped) or epoch == cfg.epochs
+        if validate and validated_at < step:
+            if not final and budget.limited and budget.valid_s is None:
+                # the first validation's cost is unknown: it may use what is left; once timed, training
+                # goes on if a step and another validation still fit, else this one was the final one
+                entry.update(validation(True))
+                if not budget.room_for_step(True):
+                    stopped = "time_budget"
+            else:
+                # a per-epoch validation that would eat the final one's reserve makes this the last epoch
+                if not final and budget.left() - budget.valid_estimate() < budget.step_s + budget.reserve(True):
+                    stopped, final = "time_budget", True
+                entry.update(validation(final))
+            validated_at = step
+        entry["seconds"] = round(budget.elapsed(), 3)
         msg = f"epoch {epoch}/{cfg.epochs}  loss {entry['loss']:.4f}  steps {step}"
-        if cfg.validate and valid_ids:
-            v = quick_validation(ranker, structures, valid_ids, cfg.valid_max_configs, cfg.seed)
-            name = "valid_tau" if kind == "layout" else "valid_tile_score"
-            entry[name] = v
-            msg += f"  {name} {v:.4f}"
+        if name in entry:
+            msg += f"  {name} {entry[name]:.4f}"
+            if "valid_graphs" in entry:
+                msg += f" (on {entry['valid_graphs']} graphs: time budget)"
         msg += f"  {entry['seconds']:.1f}s"
         if stopped:
             entry["stopped"] = stopped
@@ -252,11 +373,13 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
         ranker.history.append(entry)
         say(msg)
         check_finite_weights(ranker, epoch, cfg.lr)
-        if out is not None:
-            ranker.save(out)
-        if stopped:
+        if stopped or epoch == cfg.epochs:
             break
+        save()  # a checkpoint per epoch (timed: the reserve keeps room for the last save)
+    if ranker.history:
+        ranker.history[-1]["startup_seconds"] = None if startup is None else round(startup, 3)
     if out is not None:
         npz, js = ranker.save(out)
-        say(f"saved {npz} and {js}")
+        say(f"saved {npz} and {js}  ({budget.elapsed():.1f}s"
+            + (f" of a {budget.seconds:g}s budget)" if budget.limited else ")"))
     return ranker
