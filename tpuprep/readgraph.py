@@ -1,4 +1,4 @@
-"""Reading one input graph's small members, validated (SPEC §7): ``read_graph`` checks the declared
+"""Reading one input graph's small members, validated (docs/spec.md §7): ``read_graph`` checks the declared
 shapes against the input limits (``limits.py``) before anything is read, then reads and checks every
 member but the streamed ``node_config_feat``."""
 

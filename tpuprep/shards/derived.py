@@ -6,14 +6,20 @@ over tied nodes (``expand_tied``) and the rule that makes train statistics safe 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from . import arguments
 
-if TYPE_CHECKING:
-    from .reader import GraphRecord
+
+class LayoutStructure(Protocol):
+    """What ``unique_config_columns`` reads of a ``GraphRecord`` (the reader's, which imports this module)."""
+
+    graph_id: str
+    kind: str
+    config_inverse: np.ndarray
+    config_runtime_original: np.ndarray | None
 
 
 def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
@@ -48,7 +54,7 @@ def sample_rows(num_unique: int, k: int, seed: int = 0) -> np.ndarray:
     return rng.choice(num_unique, min(k, num_unique), replace=False).astype(np.int64)
 
 
-def unique_config_columns(structure: GraphRecord) -> dict[str, np.ndarray | None]:
+def unique_config_columns(structure: LayoutStructure) -> dict[str, np.ndarray | None]:
     """The per-unique-config columns of a layout graph, derived from its structure alone
     (``load_graph(graph_id, configs=False)``: ``config_inverse`` (c,) and ``config_runtime_original``
     (c,)), equal to the stored ones by the dedup rules (unique ids in order of first occurrence; each
