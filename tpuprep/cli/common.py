@@ -16,21 +16,21 @@ from pathlib import Path
 
 import click
 
-from ..errors import FatalError, UsageError
+from ..errors import FatalError, UsageError, display_name
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_QUARANTINED = 0, 1, 2, 3
 
 
 def shown(location: str | Path) -> str:
     """A --src/--dst as it may be printed or logged: a URL without credentials (``user:secret@``,
-    query strings), a local path as it is."""
+    query strings), a local path as it is; either on one line (``errors.display_name``)."""
     from ..io.files import looks_like_url
 
     if looks_like_url(location):
         from ..io.storage import without_credentials
 
-        return without_credentials(str(location))
-    return str(location)
+        return display_name(without_credentials(str(location)))
+    return display_name(location)
 
 
 def human(n: float) -> str:
@@ -76,7 +76,8 @@ def clock(seconds: float) -> str:
 
 class LogFile:
     """``--log-file PATH``: progress lines, quarantined files, the summary and the one-line error
-    appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``)."""
+    appended to PATH as plain text, each line prefixed by a local timestamp (``2025-06-01T14:03:07``).
+    A line never holds a control character or an undecodable byte of a file name (``display_name``)."""
 
     def __init__(self, path: str | Path):
         self.fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (closed by close())
@@ -86,7 +87,7 @@ class LogFile:
         stamp = datetime.now().isoformat(timespec="seconds")
         with self.lock:
             for line in message.splitlines() or [""]:
-                self.fh.write(f"{stamp} {line}\n")
+                self.fh.write(f"{stamp} {display_name(line)}\n")
 
     def close(self) -> None:
         self.fh.close()
@@ -157,7 +158,7 @@ class Progress:
             if info["status"] != "ok":
                 self._bad(info)
             elif self.verbose:
-                self._echo(f"{'reused' if info.get('reused') else 'ok'}  {info['path']}")
+                self._echo(f"{'reused' if info.get('reused') else 'ok'}  {display_name(info['path'])}")
             if self.bar:
                 self.bar.update(1)
 
@@ -212,9 +213,10 @@ class Progress:
         self.bad += 1
         key = f" [{r['key']}]" if r.get("key") else ""
         lead = "\n" if self.bar else ""  # step off the progress bar's line
-        log(f"quarantined: {r['path']}{key}: {r['error']}")
+        text = display_name(f"quarantined: {r['path']}{key}: {r['error']}")  # one line, whatever the name
+        log(text)
         with self.lock:
-            click.echo(f"{lead}quarantined: {r['path']}{key}: {r['error']}", err=True)
+            click.echo(f"{lead}{text}", err=True)
 
     def close(self) -> None:
         if self.ticker is not None:
@@ -330,7 +332,9 @@ def _loaded(*names: tuple[str, str]) -> tuple[type, ...]:
 
 
 def _say(message: str, code: int) -> int:
-    """The one error line: on stderr, in the log file, and with --json the error document on stdout."""
+    """The one error line: on stderr, in the log file, and with --json the error document on stdout
+    (a file name in it escaped by ``display_name``, so it stays one line)."""
+    message = display_name(message)
     click.echo(f"error: {message}", err=True)
     log(f"error: {message}")
     if _session["json"]:
@@ -372,14 +376,18 @@ def comma_list(value: str | None) -> list[str] | None:
 
 
 def build_document(report, *, code: int, seconds: float, dst: str | Path) -> dict:
-    """The ``--json`` document of ``build`` and ``run`` (keys documented in docs/cli.md)."""
+    """The ``--json`` document of ``build`` and ``run`` (keys documented in docs/cli.md). File names in
+    it are escaped as in the manifest (``shards.manifest.named``)."""
+    from ..shards.manifest import named
+
     if report.dry_run:
-        return {"status": "dry-run", "exit_code": code, "dst": str(dst),
-                "would_convert": list(report.manifest["inputs"]),
-                "refused": [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
+        return {"status": "dry-run", "exit_code": code, "dst": shown(dst),
+                "would_convert": [display_name(p) for p in report.manifest["inputs"]],
+                "refused": [named("file", r["path"]) | {"key": r.get("key") and display_name(r["key"]),
+                                                         "error": display_name(r["error"])}
                             for r in report.records]}
     return {"status": "quarantined" if code == EXIT_QUARANTINED else "ok", "exit_code": code,
-            "dst": str(dst), "converted": len(report.converted), "reused": len(report.reused_records),
+            "dst": shown(dst), "converted": len(report.converted), "reused": len(report.reused_records),
             "quarantined": report.manifest["quarantine"], "seconds": round(seconds, 3),
             "collections": report.manifest["collections"]}
 
@@ -398,11 +406,11 @@ def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str
             return code
         click.echo(f"would convert {len(report.manifest['inputs'])} files; {len(report.records)} refused")
         for path in report.manifest["inputs"]:
-            click.echo(f"  {path}")
+            click.echo(f"  {display_name(path)}")
         return code
     code = EXIT_QUARANTINED if report.quarantined else EXIT_OK
     summary = (f"{len(report.converted)} converted, {len(report.reused_records)} reused, "
-               f"{len(report.quarantined)} quarantined in {seconds:.1f} s -> {dst}")
+               f"{len(report.quarantined)} quarantined in {seconds:.1f} s -> {shown(dst)}")
     log(summary)
     if as_json:
         click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
