@@ -1,0 +1,254 @@
+"""The suite's blind spots of issue #27: one-line bugs planted in the build and in verify that passed
+the whole suite. Each test here fails with its planted bug (noted in the test) and passes without it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from npzfactory import layout_arrays, tile_arrays, write
+from test_hostile_read import (
+    GRAPH,
+    TILE,
+    edit_manifest,
+    first_graph,
+    problems_of,
+    read_manifest_json,
+    tamper_cell,
+)
+
+import tpuprep.build
+import tpuprep.shards.writer
+from tpuprep.cli import main
+from tpuprep.errors import BadShards
+from tpuprep.verify import verify
+
+
+@pytest.fixture
+def shards(synth_shards, tmp_path) -> Path:
+    """A private copy of the tiny synthetic build (it gets damaged)."""
+    return Path(shutil.copytree(synth_shards, tmp_path / "shards"))
+
+
+@pytest.fixture
+def src(synth_root) -> Path:
+    return synth_root / "npz"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _build(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["build", *args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
+    return r.exit_code, r.output
+
+
+# --------------------------------------------------------------------------- verify: shard-side facts
+
+
+@pytest.mark.parametrize("collection", [GRAPH, TILE])
+def test_verify_reports_a_tampered_runtime_spread(shards, src, collection):
+    """Planted: verify's runtime_spread comparison dropped (or the writer storing hi - lo wrongly)."""
+    gid = first_graph(shards, collection, "valid" if collection == TILE else "train")
+    assert problems_of(src, shards, collection) == []
+    tamper_cell(shards, gid, "configs", "runtime_spread", lambda v: v + 1)
+    problems = problems_of(src, shards, collection)
+    assert any(gid in p and "runtime_spread is not" in p for p in problems), problems
+    assert not any("shard bytes changed" in p for p in problems), problems
+
+
+def test_built_runtime_spread_is_the_groups_largest_minus_smallest(tmp_path):
+    """Independent of verify: the stored runtime_spread of every unique config, from the input file."""
+    root = tmp_path / "npz"
+    arrays = layout_arrays(3, n=12, c=40)
+    arrays["config_runtime"] = np.arange(1000, 1040, dtype=np.int64) * 1000  # duplicates disagree
+    write(root, "layout/xla/random/train/g.npz", arrays)
+    code, out = _build("--src", str(root), "--dst", str(tmp_path / "out"), "-q")
+    assert code == 0, out
+    g = tpuprep.open_dataset(tmp_path / "out").load_graph("layout:xla:random:g")
+    cfg = arrays["node_config_feat"].reshape(40, -1)
+    _, first, inverse = np.unique(cfg, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    runtime = arrays["config_runtime"]
+    order = np.argsort(first)  # unique configs are numbered in first-occurrence order
+    want = np.array([runtime[inverse == k].max() - runtime[inverse == k].min() for k in order])
+    assert want.any()  # the test has teeth: some group's runtimes disagree
+    assert np.array_equal(g.config_runtime_spread, want)
+
+
+def _shard_index(m: dict, collection: str, split: str, table: str) -> int:
+    return next(i for i, s in enumerate(m["shards"]) if s["collection"] == collection and s["split"] == split
+                and s["table"].endswith(table))
+
+
+@pytest.mark.parametrize("table", ["graphs", "configs"])
+def test_verify_reports_a_changed_last_graph(shards, src, table):
+    """Planted: verify compares only the first graph of a shard with the manifest. The manifest is
+    changed so the cheap check still accepts it (the last graph only grows)."""
+    m = read_manifest_json(shards)
+    i = _shard_index(m, GRAPH, "train", table)
+    last = m["shards"][i]["last_graph"]
+    edit_manifest(shards, lambda m: m["shards"][i].update(last_graph=last + "z"))
+    tpuprep.open_dataset(shards)  # the cheap check accepts it: only verify can tell
+    problems = problems_of(src, shards)
+    assert any(m["shards"][i]["path"] in p and "the manifest says" in p and last + "z" in p
+               for p in problems), problems
+
+
+def test_verify_reports_a_changed_first_graph(shards, src):
+    m = read_manifest_json(shards)
+    i = _shard_index(m, GRAPH, "train", "configs")
+    first = m["shards"][i]["first_graph"]
+    edit_manifest(shards, lambda m: m["shards"][i].update(first_graph=first[:-1]))
+    problems = problems_of(src, shards)
+    assert any("the manifest says" in p and first[:-1] + ".." in p for p in problems), problems
+
+
+def test_a_shard_listed_under_another_splits_name_is_refused(shards, src):
+    """Planted: the manifest check no longer compares a shard path's split with its entry's split."""
+    m = read_manifest_json(shards)
+    i = _shard_index(m, GRAPH, "train", "graphs")
+    assert "valid" in m["collections"][GRAPH]["splits"]
+    edit_manifest(shards, lambda m: m["shards"][i].update(split="valid"))
+    with pytest.raises(BadShards, match=r"shards\[\d+\]\.path: .*train-.* is not .*valid-<i>-of-<n>\.parquet"):
+        tpuprep.open_dataset(shards)
+    with pytest.raises(BadShards):
+        verify(src, shards)
+
+
+def test_verify_reports_a_shard_moved_to_another_split(shards, src):
+    """The file renamed and listed consistently as the valid split's, although it holds train rows:
+    refused, by the manifest check (train graphs lose their shard) or by verify (the split column)."""
+    m = read_manifest_json(shards)
+    i = _shard_index(m, GRAPH, "train", "graphs")
+    old = m["shards"][i]["path"]
+    new = old.replace("/train-", "/valid-")
+    j = _shard_index(m, GRAPH, "valid", "graphs")
+    (shards / m["shards"][j]["path"]).unlink()
+    os.rename(shards / old, shards / new)
+
+    def edit(m: dict) -> None:
+        m["shards"][i].update(split="valid", path=new)
+        del m["shards"][j]
+    edit_manifest(shards, edit)
+    try:
+        problems = verify(src, shards).problems
+    except BadShards as exc:
+        assert "no graphs shard entry holds graph" in str(exc)
+    else:
+        assert any("split column holds" in p for p in problems), problems
+
+
+# --------------------------------------------------------------------------- build
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    root = tmp_path / "npz"
+    write(root, "layout/xla/random/train/g0.npz", layout_arrays(0))
+    write(root, "layout/xla/random/train/g1.npz", layout_arrays(1))
+    write(root, "tile/xla/train/t0.npz", tile_arrays(0))
+    return root
+
+
+def test_dry_run_with_a_refused_entry_exits_3(tree, tmp_path):
+    """Planted: the dry run's exit code ignores refused entries."""
+    code, out = _build("--src", str(tree), "--dst", str(tmp_path / "a"), "--dry-run")
+    assert code == 0, out
+    (tree / "layout/xla/random/train/link.npz").symlink_to(tree / "layout/xla/random/train/g0.npz")
+    code, out = _build("--src", str(tree), "--dst", str(tmp_path / "b"), "--dry-run")
+    assert code == 3, out
+    assert "link.npz" in out and "would convert 3 files; 1 refused" in out
+    assert not (tmp_path / "b").exists()
+
+
+def _interrupt_after_parts(root: Path, dst: Path, monkeypatch) -> None:
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C between the conversion and the merge
+
+    with monkeypatch.context() as m:
+        m.setattr(tpuprep.build, "merge_task", crash)
+        with pytest.raises(KeyboardInterrupt):
+            tpuprep.build.build(root, dst)
+
+
+@pytest.mark.parametrize("part", ["configs.parquet", "graphs.arrow"])
+def test_resume_rebuilds_a_deleted_staged_part(tree, tmp_path, monkeypatch, part):
+    """Planted: ``_reusable`` checks only one of a batch's two part files."""
+    clean = tmp_path / "clean"
+    assert _build("--src", str(tree), "--dst", str(clean), "-q")[0] == 0
+    dst = tmp_path / "out"
+    _interrupt_after_parts(tree, dst, monkeypatch)
+    victim = dst / f".tpuprep/parts/layout/xla/random/train/g1.{part}"
+    victim.unlink()
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(dst), "--resume", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["converted"], doc["reused"]) == (1, 2)
+    assert _files(dst) == _files(clean)
+
+
+def test_an_unforeseen_value_error_is_quarantined(tree, tmp_path, monkeypatch):
+    """Planted: ValueError dropped from the conversion's catch-all (only BadInput quarantined)."""
+    real = tpuprep.build.convert_file
+
+    def convert(inp, *args, **kwargs):
+        if inp.relpath.endswith("g1.npz"):
+            raise ValueError("operands could not be broadcast together")  # a bug, not a BadInput
+        return real(inp, *args, **kwargs)
+
+    monkeypatch.setattr(tpuprep.build, "convert_file", convert)
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--json"])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
+    assert r.exit_code == 3, r.output
+    doc = json.loads(r.stdout)
+    assert doc["converted"] == 2
+    assert doc["quarantined"] == [{"file": "layout/xla/random/train/g1.npz", "key": None,
+                                   "error": "ValueError: operands could not be broadcast together"}]
+
+
+def _many_configs(tmp_path: Path) -> Path:
+    """A layout graph with 300 unique configs: 5 row groups of 64 once the group budget is shrunk."""
+    root = tmp_path / "npz"
+    arrays = layout_arrays(5, n=12, c=320)
+    rng = np.random.default_rng(5)
+    cfg = rng.integers(-1, 6, (320, 3, 18)).astype(np.float32)
+    cfg[300:] = cfg[:20]  # duplicates across slices
+    arrays["node_config_feat"] = cfg
+    write(root, "layout/xla/random/train/big.npz", arrays)
+    write(root, "layout/xla/random/train/small.npz", layout_arrays(6))
+    return root
+
+
+def test_a_layout_graph_written_in_several_slices_equals_one_write(tmp_path, monkeypatch):
+    """No test graph is larger than one write slice (8 MiB of codes): shrink the row groups to 64
+    configs and the slice to one row group, so config ids continue across five ``write_table`` calls.
+    Planted: a slice numbering its configs from 0 again (or skipping rows between slices)."""
+    root = _many_configs(tmp_path)
+    monkeypatch.setattr(tpuprep.shards.writer, "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", 1)
+    assert _build("--src", str(root), "--dst", str(tmp_path / "whole"), "-q")[0] == 0
+    calls = []
+    real = pq.ParquetWriter.write_table
+
+    def counted(self, table, *args, **kwargs):
+        calls.append(table.num_rows)
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(tpuprep.shards.writer, "LAYOUT_WRITE_SLICE_BYTES", 1)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", counted)
+    assert _build("--src", str(root), "--dst", str(tmp_path / "sliced"), "-q")[0] == 0
+    assert calls.count(64) >= 4, calls  # the big graph was written one row group at a time
+    assert _files(tmp_path / "sliced") == _files(tmp_path / "whole")
+    g = tpuprep.open_dataset(tmp_path / "sliced").load_graph("layout:xla:random:big")
+    assert g.num_unique_configs == 300
+    shard = max((tmp_path / "sliced/layout/xla/random/configs").glob("train-*"), key=lambda p: p.stat().st_size)
+    assert pq.ParquetFile(shard).metadata.num_row_groups == 5  # 300 configs, 64 per group
+    assert verify(root, tmp_path / "sliced").problems == []
