@@ -234,3 +234,21 @@ def test_long_stems_build_and_resume(tmp_path, monkeypatch, length):
     assert {f"layout:xla:random:{long_layout}", f"tile:xla:{long_tile}"} <= ids
     v = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(clean)])
     assert v.exit_code == 0, v.output
+
+
+def test_build_into_a_bucket_with_hostile_and_long_names(hostile_src, tmp_path, bucket):
+    """The object-store path writes the same escaped records and bounded part names (moto server)."""
+    from tpuprep.build import build
+    from tpuprep.io.storage import resolve
+
+    write(hostile_src, f"layout/xla/random/valid/{'L' * 251}.npz", layout_arrays(2))
+    local = tmp_path / "local"
+    build(hostile_src, local)
+    url = f"{bucket}/shards"
+    report = build(hostile_src, url)
+    assert len(report.quarantined) == 2
+    store = resolve(url)
+    got = {rel: store.read_bytes(rel) for rel in store.listing()}
+    want = {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert sorted(got) == sorted(want) and [k for k in want if got[k] != want[k]] == []
+    _check_outputs(local, hostile_src)
