@@ -252,3 +252,65 @@ def test_a_layout_graph_written_in_several_slices_equals_one_write(tmp_path, mon
     shard = max((tmp_path / "sliced/layout/xla/random/configs").glob("train-*"), key=lambda p: p.stat().st_size)
     assert pq.ParquetFile(shard).metadata.num_row_groups == 5  # 300 configs, 64 per group
     assert verify(root, tmp_path / "sliced").problems == []
+
+
+# --------------------------------------------------------------------------- unguarded one-liners found by planting
+
+
+def test_a_finished_build_leaves_only_its_outputs(tree, tmp_path):
+    """Planted: the staging folder not removed after the manifest is written (a local build; the bucket
+    tests check the same of an object store)."""
+    dst = tmp_path / "out"
+    assert _build("--src", str(tree), "--dst", str(dst), "-q")[0] == 0
+    assert sorted(p.name for p in dst.iterdir()) == ["README.md", "layout", "manifest.json", "quarantine.jsonl", "tile"]
+    assert not [p for p in dst.rglob("*") if p.is_file() and not p.name.endswith((".parquet", ".json", ".md", ".jsonl"))]
+
+
+def test_a_refused_entry_is_listed_with_its_size(tree, tmp_path):
+    """Planted: a refused entry's manifest ``bytes`` always 0."""
+    bad = tree / "layout/xla/random/train/bad name.npz"
+    bad.write_bytes(b"x" * 1234)
+    dst = tmp_path / "out"
+    assert _build("--src", str(tree), "--dst", str(dst), "-q")[0] == 3
+    entry = next(e for e in json.loads((dst / "manifest.json").read_text())["inputs"] if e["path"].endswith("bad name.npz"))
+    assert (entry["status"], entry["bytes"], entry["sha256"]) == ("quarantined", 1234, None)
+
+
+def test_a_file_still_growing_while_it_is_hashed_is_quarantined(tree, tmp_path, monkeypatch):
+    """Planted: the size read is no longer compared with the size at open. A writer appends to the
+    file right after the build opened it (its stamp taken): the bytes hashed are more than the stamp says."""
+    real = tpuprep.build.open_source
+
+    def open_then_grow(inp):
+        fh, stamp = real(inp)
+        if inp.relpath.endswith("g1.npz"):
+            with open(inp.path, "ab") as w:
+                w.write(b"\0" * 100)
+        return fh, stamp
+
+    monkeypatch.setattr(tpuprep.build, "open_source", open_then_grow)
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 3, r.output
+    (q,) = json.loads(r.stdout)["quarantined"]
+    assert q["file"] == "layout/xla/random/train/g1.npz" and "changed while it was being read" in q["error"]
+
+
+def test_a_file_rewritten_while_it_is_converted_is_quarantined(tree, tmp_path, monkeypatch):
+    """Planted: the stamp is no longer taken again after the conversion. The file is rewritten in
+    place (same size, new mtime) while it is being converted."""
+    real = tpuprep.build.convert_file
+
+    def convert_while_rewritten(inp, *args, **kwargs):
+        g = real(inp, *args, **kwargs)
+        if inp.relpath.endswith("g1.npz"):
+            data = Path(inp.path).read_bytes()
+            Path(inp.path).write_bytes(data)
+            st = os.stat(inp.path)
+            os.utime(inp.path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return g
+
+    monkeypatch.setattr(tpuprep.build, "convert_file", convert_while_rewritten)
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 3, r.output
+    (q,) = json.loads(r.stdout)["quarantined"]
+    assert q["file"] == "layout/xla/random/train/g1.npz" and "changed while it was being converted" in q["error"]
