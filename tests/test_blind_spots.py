@@ -314,3 +314,23 @@ def test_a_file_rewritten_while_it_is_converted_is_quarantined(tree, tmp_path, m
     assert r.exit_code == 3, r.output
     (q,) = json.loads(r.stdout)["quarantined"]
     assert q["file"] == "layout/xla/random/train/g1.npz" and "changed while it was being converted" in q["error"]
+
+
+@pytest.mark.parametrize("flag", ["overwrite", "resume"])
+def test_a_bucket_rebuild_removes_the_old_manifest_first(tree, bucket, monkeypatch, flag):
+    """Planted: the old manifest of an object-store destination is not deleted before the rebuild.
+    An interrupted --overwrite / --resume must not leave a manifest above shards it was replacing."""
+    from tpuprep.io.storage import resolve
+
+    url = f"{bucket}/shards"
+    tpuprep.build.build(tree, url)
+    store = resolve(url)
+    assert store.exists("manifest.json")
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tpuprep.build, "merge_task", crash)
+    with pytest.raises(KeyboardInterrupt):
+        tpuprep.build.build(tree, url, **{flag: True})
+    assert not resolve(url).exists("manifest.json")
