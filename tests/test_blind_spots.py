@@ -206,13 +206,19 @@ def test_an_unforeseen_value_error_is_quarantined(tree, tmp_path, monkeypatch):
         return real(inp, *args, **kwargs)
 
     monkeypatch.setattr(tpuprep.build, "convert_file", convert)
-    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--json"])
+    log = tmp_path / "log"
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--json",
+                                  "--log-file", str(log)])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
     assert r.exit_code == 3, r.output
     doc = json.loads(r.stdout)
     assert doc["converted"] == 2
     assert doc["quarantined"] == [{"file": "layout/xla/random/train/g1.npz", "key": None,
                                    "error": "ValueError: operands could not be broadcast together"}]
+    # and the person watching is told, on stderr and in the log (planted: file events never reported)
+    line = "quarantined: layout/xla/random/train/g1.npz: ValueError: operands could not be broadcast together"
+    assert line in r.stderr.splitlines()
+    assert any(entry.endswith(" " + line) for entry in log.read_text().splitlines())
 
 
 def _many_configs(tmp_path: Path) -> Path:
