@@ -340,3 +340,13 @@ def test_a_bucket_rebuild_removes_the_old_manifest_first(tree, bucket, monkeypat
     with pytest.raises(KeyboardInterrupt):
         tpuprep.build.build(tree, url, **{flag: True})
     assert not resolve(url).exists("manifest.json")
+
+
+def test_a_graph_listed_twice_in_the_manifest_is_refused(shards):
+    """Planted: the manifest check no longer refuses a converted graph listed twice."""
+    def twice(m: dict) -> None:
+        entry = next(e for e in m["inputs"] if e["status"] == "ok")
+        m["inputs"].insert(m["inputs"].index(entry), dict(entry))
+    edit_manifest(shards, twice)
+    with pytest.raises(BadShards, match=r"inputs\[\d+\]\.graph_id: .* is listed twice"):
+        tpuprep.open_dataset(shards)
