@@ -252,3 +252,34 @@ def test_build_into_a_bucket_with_hostile_and_long_names(hostile_src, tmp_path, 
     want = {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
     assert sorted(got) == sorted(want) and [k for k in want if got[k] != want[k]] == []
     _check_outputs(local, hostile_src)
+
+
+def test_an_archive_with_hostile_names(tmp_path):
+    """A tar archive whose own name and one member's name are hostile: the manifest's archive and
+    member fields are escaped too, with their bytes in archive_hex / member_hex."""
+    import io
+    import tarfile
+
+    plain = tmp_path / "plain"
+    good = write(plain, "g0.npz", layout_arrays(0))
+    src = tmp_path / "src"
+    src.mkdir()
+    archive_name = "all" + os.fsdecode(b"\xff") + "\n.tar"
+    with tarfile.open(src / archive_name, "w") as tar:
+        tar.add(good, arcname="npz/layout/xla/random/train/g0.npz")
+        data = good.read_bytes()
+        info = tarfile.TarInfo(f"npz/tile/xla/train/{NEWLINE}.npz")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    dst = tmp_path / "out"
+    r = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(dst), "--json"])
+    assert r.exit_code == 3, r.output
+    _strict_json(r.stdout)
+    manifest = _strict_json((dst / "manifest.json").read_text("utf-8"))
+    entry = next(e for e in manifest["inputs"] if e["status"] == "ok")
+    assert entry["archive"] == "all\\xff\\n.tar" and bytes.fromhex(entry["archive_hex"]) == os.fsencode(archive_name)
+    assert "member_hex" not in entry
+    (q,) = manifest["quarantine"]
+    assert q["file"] == "all\\xff\\n.tar!npz/tile/xla/train/two\\nlines\\x1b[31m.npz"
+    assert bytes.fromhex(q["file_hex"]) == os.fsencode(f"{archive_name}!npz/tile/xla/train/{NEWLINE}.npz")
+    assert CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst)]).exit_code == 0

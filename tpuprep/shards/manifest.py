@@ -107,7 +107,7 @@ def build_manifest(
         coll["splits"] = dict(sorted(coll["splits"].items()))
     origin = ("archive", "member")  # an input read in place from a tar archive (inputs.InputFile.describe)
     quarantine = [named("file", r["path"]) | {"key": _shown(r.get("key")), "error": display_name(r["error"])}
-                  | {k: display_name(r[k]) for k in origin if r.get(k)}
+                  | {k: v for o in origin if r.get(o) for k, v in named(o, r[o]).items()}
                   for r in records if r["status"] != "ok"]
     inputs = []
     for r in records:
@@ -116,7 +116,7 @@ def build_manifest(
             entry |= {"graph_id": r["graph_id"], "counts": {k: r["counts"][k] for k in COUNT_FIELDS if k not in ("graphs", "bytes_out")}}
             if r.get("warnings"):
                 entry["warnings"] = [display_name(w) for w in r["warnings"]]
-        entry |= {k: display_name(r[k]) for k in origin if r.get(k)}
+        entry |= {k: v for o in origin if r.get(o) for k, v in named(o, r[o]).items()}
         inputs.append(entry)
     return {
         "format": "tpuprep-shards",
