@@ -20,6 +20,7 @@ from test_hostile_read import (
     first_graph,
     problems_of,
     read_manifest_json,
+    rewrite_shard,
     tamper_cell,
 )
 
@@ -350,3 +351,25 @@ def test_a_graph_listed_twice_in_the_manifest_is_refused(shards):
     edit_manifest(shards, twice)
     with pytest.raises(BadShards, match=r"inputs\[\d+\]\.graph_id: .* is listed twice"):
         tpuprep.open_dataset(shards)
+
+
+@pytest.mark.parametrize("table", ["graphs", "configs"])
+def test_verify_reports_shard_rows_out_of_graph_order(tmp_path, table):
+    """Planted: verify's sort check on a shard's graph_id column made False. Two middle graphs'
+    rows are swapped, so the first and last graph still match the manifest."""
+    root = tmp_path / "npz"
+    for i in range(4):
+        write(root, f"tile/xla/train/t{i}.npz", tile_arrays(i))
+    dst = tmp_path / "out"
+    assert _build("--src", str(root), "--dst", str(dst), "-q")[0] == 0
+    assert verify(root, dst).problems == []
+    m = read_manifest_json(dst)
+    (entry,) = [s for s in m["shards"] if s["table"].endswith(table)]
+    path = dst / entry["path"]
+    ids = pq.read_table(path, columns=["graph_id"]).column("graph_id").to_pylist()
+    a, b = sorted(set(ids))[1:3]
+    order = ([j for j, g in enumerate(ids) if g < a] + [j for j, g in enumerate(ids) if g == b]
+             + [j for j, g in enumerate(ids) if g == a] + [j for j, g in enumerate(ids) if g > b])
+    rewrite_shard(dst, path, lambda t: t.take(order))
+    problems = verify(root, dst).problems
+    assert any(entry["path"] in p and "rows are not sorted by graph_id" in p for p in problems), problems
