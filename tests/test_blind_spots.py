@@ -373,3 +373,23 @@ def test_verify_reports_shard_rows_out_of_graph_order(tmp_path, table):
     rewrite_shard(dst, path, lambda t: t.take(order))
     problems = verify(root, dst).problems
     assert any(entry["path"] in p and "rows are not sorted by graph_id" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("table", ["graphs", "configs"])
+def test_verify_reports_a_graph_missing_from_the_shards(tmp_path, table):
+    """Planted: verify's check that the shards hold every graph the manifest lists made False. A middle
+    graph's rows are dropped (first and last graph unchanged, hash fixed)."""
+    root = tmp_path / "npz"
+    for i in range(3):
+        write(root, f"tile/xla/train/t{i}.npz", tile_arrays(i))
+    dst = tmp_path / "out"
+    assert _build("--src", str(root), "--dst", str(dst), "-q")[0] == 0
+    (entry,) = [s for s in read_manifest_json(dst)["shards"] if s["table"].endswith(table)]
+    middle = "tile:xla:t1"
+
+    def drop(t):
+        keep = [j for j, g in enumerate(t.column("graph_id").to_pylist()) if g != middle]
+        return t.take(keep)
+    rewrite_shard(dst, dst / entry["path"], drop)
+    problems = verify(root, dst).problems
+    assert f"tile:xla train: {table} shards lack 1 graphs the manifest lists, e.g. {middle}" in problems, problems
