@@ -393,3 +393,29 @@ def test_verify_reports_a_graph_missing_from_the_shards(tmp_path, table):
     rewrite_shard(dst, dst / entry["path"], drop)
     problems = verify(root, dst).problems
     assert f"tile:xla train: {table} shards lack 1 graphs the manifest lists, e.g. {middle}" in problems, problems
+
+
+def _two_graph_shard(m: dict, table: str) -> int:
+    return next(i for i, s in enumerate(m["shards"]) if s["table"].endswith(table) and s["first_graph"] < s["last_graph"])
+
+
+@pytest.mark.parametrize("table", ["graphs", "configs"])
+def test_a_graph_beyond_its_shards_last_graph_is_refused(shards, table):
+    """Planted: the manifest check only looks for a shard starting at or before a graph, not one whose
+    range reaches it. The shard's last_graph is cut to its first, so its last graph has no shard."""
+    m = read_manifest_json(shards)
+    i = _two_graph_shard(m, table)
+    edit_manifest(shards, lambda m: m["shards"][i].update(last_graph=m["shards"][i]["first_graph"]))
+    last = m["shards"][i]["last_graph"]
+    with pytest.raises(BadShards, match=rf"no {table} shard entry holds graph '{last}'"):
+        tpuprep.open_dataset(shards)
+
+
+def test_a_shard_with_first_graph_after_last_graph_is_refused(shards):
+    """Planted: the manifest check accepts a shard whose first_graph sorts after its last_graph."""
+    m = read_manifest_json(shards)
+    i = _two_graph_shard(m, "configs")
+    first, last = m["shards"][i]["first_graph"], m["shards"][i]["last_graph"]
+    edit_manifest(shards, lambda m: m["shards"][i].update(first_graph=last, last_graph=first))
+    with pytest.raises(BadShards, match=r"shards\[\d+\]: first_graph .* are not an ordered pair"):
+        tpuprep.open_dataset(shards)
