@@ -419,3 +419,18 @@ def test_a_shard_with_first_graph_after_last_graph_is_refused(shards):
     edit_manifest(shards, lambda m: m["shards"][i].update(first_graph=last, last_graph=first))
     with pytest.raises(BadShards, match=r"shards\[\d+\]: first_graph .* are not an ordered pair"):
         tpuprep.open_dataset(shards)
+
+
+@pytest.mark.parametrize("folder", ["mydata", "layout/xla/random/notes", ".tpuprep/parts/mine"])
+@pytest.mark.parametrize("flag", [None, "--overwrite", "--resume"])
+def test_a_foreign_folder_in_dst_is_refused_and_kept(tree, tmp_path, folder, flag):
+    """Planted: ``destination.scan`` no longer counts an unknown folder as foreign, so a --dst holding
+    only someone's (empty or not) folder looked empty, and --overwrite went ahead."""
+    dst = tmp_path / "out"
+    if flag:
+        assert _build("--src", str(tree), "--dst", str(dst), "-q")[0] == 0
+    (dst / folder).mkdir(parents=True)
+    code, out = _build("--src", str(tree), "--dst", str(dst), "-q", *([flag] if flag else []))
+    assert code == 2, out
+    assert f"{folder}/" in out and "tpuprep did not write" in out
+    assert (dst / folder).is_dir()
