@@ -434,3 +434,41 @@ def test_a_foreign_folder_in_dst_is_refused_and_kept(tree, tmp_path, folder, fla
     assert code == 2, out
     assert f"{folder}/" in out and "tpuprep did not write" in out
     assert (dst / folder).is_dir()
+
+
+def test_shard_names_count_their_shards(tree, tmp_path):
+    """Planted: ``shard_relpath`` writing a wrong N into ``<split>-i-of-N``. Every (collection, table,
+    split) holds shards 0..N-1 of N, whatever N is (a tiny shard size makes several graphs shards)."""
+    from tpuprep.options import BuildOptions
+    from tpuprep.shards.layout import SHARD_NAME
+
+    for i in range(2, 5):
+        write(tree, f"layout/xla/random/train/g{i}.npz", layout_arrays(i))
+    report = tpuprep.build.build(tree, tmp_path / "out", BuildOptions(shard_bytes=1))
+    groups: dict[str, list[str]] = {}
+    for s in report.manifest["shards"]:
+        folder, name = s["path"].rsplit("/", 1)
+        assert SHARD_NAME.fullmatch(name)
+        groups.setdefault(f"{folder}/{s['split']}", []).append(name)
+    assert max(len(v) for v in groups.values()) >= 5
+    for key, names in groups.items():
+        split = key.rsplit("/", 1)[1]
+        assert sorted(names) == [f"{split}-{i:05d}-of-{len(names):05d}.parquet" for i in range(len(names))], key
+
+
+def test_a_lost_batch_of_several_files_says_so(tree):
+    """Planted: the lost-batch message no longer says that the other files of the batch were set aside."""
+    from tpuprep.inputs import discover
+    from tpuprep.options import BuildOptions
+
+    for i in range(1, 3):
+        write(tree, f"tile/xla/train/t{i}.npz", tile_arrays(i))
+    inputs, _ = discover(tree)
+    (batch,) = [b for b in tpuprep.build.plan_batches(inputs) if b[0].kind == "tile"]
+    result = tpuprep.build.lost_batch_result(batch, BuildOptions(), "died 3 times (out of memory?)")
+    assert [r["path"] for r in result["records"]] == [f"tile/xla/train/t{i}.npz" for i in range(3)]
+    for r in result["records"]:
+        assert r["status"] == "quarantined" and r["error"] == (
+            "the workers converting this file died 3 times (out of memory?) (it was converting 3 files "
+            "together; all of them are set aside)")
+    assert result["parts"] is None
