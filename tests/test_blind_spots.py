@@ -472,3 +472,44 @@ def test_a_lost_batch_of_several_files_says_so(tree):
             "the workers converting this file died 3 times (out of memory?) (it was converting 3 files "
             "together; all of them are set aside)")
     assert result["parts"] is None
+
+
+def test_resume_converts_again_an_input_changed_since_it_was_staged(tree, tmp_path, monkeypatch):
+    """Planted: the resume fingerprint keeps the relpaths but drops each file's size and mtime, so a
+    changed input's stale parts were reused."""
+    dst = tmp_path / "out"
+    _interrupt_after_parts(tree, dst, monkeypatch)
+    changed = tree / "layout/xla/random/train/g1.npz"
+    write(tree, "layout/xla/random/train/g1.npz", layout_arrays(7, c=12))
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new mtime, whatever the clock
+    r = CliRunner().invoke(main, ["build", "--src", str(tree), "--dst", str(dst), "--resume", "--json"])
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["converted"], json.loads(r.stdout)["reused"]) == (1, 2)
+    clean = tmp_path / "clean"
+    assert _build("--src", str(tree), "--dst", str(clean), "-q")[0] == 0
+    assert _files(dst) == _files(clean)
+
+
+def test_a_missing_src_is_named_as_missing(tmp_path):
+    """Planted: check_source's existence test dropped (the next check then says something else)."""
+    code, out = _build("--src", str(tmp_path / "nowhere"), "--dst", str(tmp_path / "out"))
+    assert code == 2
+    assert f"error: --src {tmp_path / 'nowhere'} does not exist" in out
+
+
+def test_layout_row_groups_respect_row_group_bytes(tmp_path):
+    """Planted: the layout writer ignoring ``row_group_bytes`` (only the codes-size rule). A budget of
+    4 KiB holds fewer configs than the 64 a row group has at least otherwise."""
+    from tpuprep.options import BuildOptions
+
+    root = _many_configs(tmp_path)
+    budget = 4096
+    tpuprep.build.build(root, tmp_path / "out", BuildOptions(row_group_bytes=budget))
+    shard = max((tmp_path / "out/layout/xla/random/configs").glob("train-*"), key=lambda p: p.stat().st_size)
+    pf = pq.ParquetFile(shard)
+    table = pf.read()
+    per_row = table.nbytes / table.num_rows
+    rows = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
+    assert sum(rows) >= 300  # the big graph (and the small one) in this shard
+    assert max(rows) < 64 and max(rows) * per_row <= 1.5 * budget, (rows, per_row)
