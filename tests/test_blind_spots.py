@@ -513,3 +513,19 @@ def test_layout_row_groups_respect_row_group_bytes(tmp_path):
     rows = [pf.metadata.row_group(i).num_rows for i in range(pf.metadata.num_row_groups)]
     assert sum(rows) >= 300  # the big graph (and the small one) in this shard
     assert max(rows) < 64 and max(rows) * per_row <= 1.5 * budget, (rows, per_row)
+
+
+def test_the_cards_sizes_are_the_shard_files(tree, tmp_path):
+    """Planted: the card's ``download_size`` written as 0. Each config's download_size is the bytes of
+    its shard files on disk, and its splits' num_examples their rows."""
+    import yaml
+
+    dst = tmp_path / "out"
+    assert _build("--src", str(tree), "--dst", str(dst), "-q")[0] == 0
+    front = yaml.safe_load((dst / "README.md").read_text().split("---\n")[1])
+    paths = {c["config_name"]: [f["path"] for f in c["data_files"]] for c in front["configs"]}
+    assert len(front["dataset_info"]) == 4
+    for info in front["dataset_info"]:
+        files = [p for pattern in paths[info["config_name"]] for p in dst.glob(pattern)]
+        assert files and info["download_size"] == sum(p.stat().st_size for p in files), info
+        assert sum(s["num_examples"] for s in info["splits"]) == sum(pq.ParquetFile(p).metadata.num_rows for p in files)
