@@ -529,3 +529,32 @@ def test_the_cards_sizes_are_the_shard_files(tree, tmp_path):
         files = [p for pattern in paths[info["config_name"]] for p in dst.glob(pattern)]
         assert files and info["download_size"] == sum(p.stat().st_size for p in files), info
         assert sum(s["num_examples"] for s in info["splits"]) == sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+
+
+def test_an_empty_plain_folder_is_named_as_empty(tmp_path):
+    """Planted: the message for a --collection/--split folder with no .npz files dropped (the next one
+    then asks for a TpuGraphs tree, which the user did not mean)."""
+    (tmp_path / "flat").mkdir()
+    code, out = _build("--src", str(tmp_path / "flat"), "--dst", str(tmp_path / "out"),
+                       "--collection", "layout:xla:random", "--split", "train")
+    assert code == 2
+    assert f"error: no .npz files directly in --src {tmp_path / 'flat'}" in out
+
+
+def test_a_refused_member_of_the_src_archive_is_named_inside_it(tmp_path):
+    """Planted: a refused member of the archive given as --src recorded by its absolute path instead
+    of ``<archive name>!<member>``."""
+    import io
+    import tarfile
+
+    good = write(tmp_path / "plain", "g0.npz", layout_arrays(0))
+    archive = tmp_path / "npz_all.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(good, arcname="npz/layout/xla/random/train/g0.npz")
+        info = tarfile.TarInfo("npz/layout/xla/random/train/bad name.npz")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    r = CliRunner().invoke(main, ["build", "--src", str(archive), "--dst", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 3, r.output
+    (q,) = json.loads(r.stdout)["quarantined"]
+    assert q["file"] == "npz_all.tar!npz/layout/xla/random/train/bad name.npz", q
