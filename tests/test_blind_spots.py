@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -558,3 +559,54 @@ def test_a_refused_member_of_the_src_archive_is_named_inside_it(tmp_path):
     assert r.exit_code == 3, r.output
     (q,) = json.loads(r.stdout)["quarantined"]
     assert q["file"] == "npz_all.tar!npz/layout/xla/random/train/bad name.npz", q
+
+
+@pytest.mark.parametrize("column", ["runtime_spread", "runtime"])
+@pytest.mark.parametrize("kind", ["layout", "tile"])
+def test_verify_reports_runtimes_on_a_test_graph(tmp_path, kind, column):
+    """A test graph (no runtimes) given one runtime or runtime_spread cell. The reader takes a column
+    holding any null as absent, so before the shard-side null check verify saw nothing."""
+    root, dst = tmp_path / "npz", tmp_path / "out"
+    if kind == "layout":
+        write(root, "layout/xla/random/test/g.npz", layout_arrays(0))
+        gid = "layout:xla:random:g"
+    else:
+        write(root, "tile/xla/test/g.npz", tile_arrays(0))
+        gid = "tile:xla:g"
+    assert _build("--src", str(root), "--dst", str(dst), "-q")[0] == 0
+    assert verify(root, dst).problems == []
+    tamper_cell(dst, gid, "configs", column, lambda v: 0)
+    problems = verify(root, dst).problems
+    shard = f"{kind}/xla/random/configs" if kind == "layout" else "tile/xla/configs"
+    assert any(p.startswith(f"{shard}/test-00000-of-00001.parquet: column {column} holds ") and
+               "a test shard holds only nulls" in p for p in problems), problems
+
+
+def test_verify_reports_a_runtime_spread_on_a_whole_test_graph(tmp_path):
+    """Planted: verify no longer checks that a test graph has no runtime_spread (every cell set, so the
+    reader returns the column)."""
+    root, dst = tmp_path / "npz", tmp_path / "out"
+    write(root, "layout/xla/random/test/g.npz", layout_arrays(0))
+    assert _build("--src", str(root), "--dst", str(dst), "-q")[0] == 0
+    (entry,) = [s for s in read_manifest_json(dst)["shards"] if s["table"].endswith("configs")]
+
+    def fill(t):
+        i = t.schema.get_field_index("runtime_spread")
+        return t.set_column(i, t.schema.field(i), pa.array([0] * t.num_rows, pa.int64()))
+    rewrite_shard(dst, dst / entry["path"], fill)
+    problems = verify(root, dst).problems
+    assert "layout:xla:random:g: test graph has runtime_spread" in problems, problems
+
+
+@pytest.mark.parametrize("column", ["runtime", "normalizer"])
+def test_verify_reports_a_missing_runtime_on_a_train_graph(tmp_path, column):
+    """One null runtime or normalizer in a tile train shard: named by the shard-side null check, and
+    the graph check says so instead of a TypeError traceback."""
+    root, dst = tmp_path / "npz", tmp_path / "out"
+    write(root, "tile/xla/train/g.npz", tile_arrays(0))
+    assert _build("--src", str(root), "--dst", str(dst), "-q")[0] == 0
+    tamper_cell(dst, "tile:xla:g", "configs", column, lambda v: None)
+    problems = verify(root, dst).problems
+    assert any(p.startswith(f"tile/xla/configs/train-00000-of-00001.parquet: column {column} holds 1 nulls")
+               and "a train shard holds none" in p for p in problems), problems
+    assert "tile:xla:g: runtimes are missing from the shards (null)" in problems
