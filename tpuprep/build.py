@@ -52,7 +52,7 @@ from .io.storage import Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
-from .shards.layout import MANIFEST, QUARANTINE, STAGING, sidecar_relpath
+from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
 from .shards.manifest import build_id, build_manifest, write_manifest, write_manifest_to_store
 from .shards.schema import SCHEMA_VERSION
 from .shards.writer import (
@@ -189,7 +189,7 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Sto
     fingerprint = _fingerprint(batch, opts, stamps)
     parts = None
     if graphs:
-        name = batch[0].relpath.rsplit("/", 1)[1][: -len(".npz")]
+        name = part_name(batch[0].relpath)  # bounded, whatever the length of the input's name
         write = write_parts_to_store if isinstance(staging, Store) else write_parts
         staging_at = staging if isinstance(staging, Store) else Path(staging)
         parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level).__dict__

@@ -9,7 +9,8 @@ a kernel bug cannot hide behind itself. What is checked:
 - every shard file: inside the folder, a regular file, size and sha256 as in the manifest, each column
   compressed as its schema says (zstd, or uncompressed where the schema says ``none``), the
   ``table`` its metadata names and that table's columns, rows, row groups, first and last graph as in
-  the manifest; ``graphs``
+  the manifest; runtimes (``runtime``, ``runtime_spread``, tile ``normalizer``) null on every row of a
+  test ``configs`` shard and on none of another split's; ``graphs``
   rows hold exactly the manifest's converted graphs of that collection and split (each once, sorted);
   ``configs`` rows are sorted by ``(graph_id, config_id)`` with ``config_id`` = 0..c_u−1 per graph and
   each graph's rows in one shard;
@@ -188,6 +189,9 @@ def _check_groups(g: GraphRecord, runtime: np.ndarray | None, normalizer: np.nda
     np.maximum.at(high, inv, runtime)
     _check(g.config_runtime_spread is not None and np.array_equal(high - low, g.config_runtime_spread), problems,
            gid, "runtime_spread is not the group's largest minus smallest runtime")
+    if not _check(g.config_runtime is not None and (normalizer is None or g.config_runtime_normalizers is not None),
+                  problems, gid, "runtimes are missing from the shards (null)"):
+        return
     if normalizer is None:
         best = np.full(u, np.iinfo(np.int64).max, np.int64)
         np.minimum.at(best, inv, runtime)
@@ -542,6 +546,26 @@ def _check_codecs(meta, rel: str, table: str, problems: list[str]) -> None:
             for name, codecs in sorted(bad.items())))
 
 
+RUNTIME_COLUMNS = ("runtime", "runtime_spread", "normalizer")
+"""The configs columns that are null exactly on the test split (``normalizer``: tile only)."""
+
+
+def _check_runtime_nulls(pf, path: Path | str, shard: dict, problems: list[str]) -> None:
+    """A configs shard's runtime columns are null on every row of a test shard and on none of another
+    split's. (The reader takes a column holding any null as absent, so a few runtimes on a test graph,
+    or a few missing on a train graph, would otherwise pass unseen.)"""
+    if not shard["table"].endswith("_configs"):
+        return
+    test = shard["split"] == "test"
+    for name in RUNTIME_COLUMNS:
+        if name not in pf.schema_arrow.names:
+            continue
+        nulls = _column(pf, path, name).null_count
+        if nulls != (pf.metadata.num_rows if test else 0):
+            problems.append(f"{shard['path']}: column {name} holds {nulls} nulls in {pf.metadata.num_rows} rows; "
+                            f"a {shard['split']} shard holds {'only nulls' if test else 'none'}")
+
+
 def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: list[str], graph_rows: dict,
                         config_rows: dict) -> None:
     """One shard's footer and id columns against its manifest entry; records where graphs live."""
@@ -554,6 +578,7 @@ def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: li
             problems.append(f"{rel}: holds {what} {got!r}, the manifest says {want!r}")
             return
     _check_codecs(meta, rel, shard["table"], problems)
+    _check_runtime_nulls(pf, path, shard, problems)
     ids = _column(pf, path, "graph_id").combine_chunks()
     if len(ids) and (ids[0].as_py() != shard["first_graph"] or ids[-1].as_py() != shard["last_graph"]):
         problems.append(f"{rel}: graphs {ids[0]}..{ids[-1]}, the manifest says {shard['first_graph']}..{shard['last_graph']}")

@@ -17,21 +17,21 @@ from pathlib import Path
 
 import click
 
-from ..errors import FatalError, UsageError
+from ..errors import FatalError, UsageError, display_name
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_QUARANTINED = 0, 1, 2, 3
 
 
 def shown(location: str | Path) -> str:
     """A --src/--dst as it may be printed or logged: a URL without credentials (``user:secret@``,
-    query strings), a local path as it is."""
+    query strings), a local path as it is; either on one line (``errors.display_name``)."""
     from ..io.files import looks_like_url
 
     if looks_like_url(location):
         from ..io.storage import without_credentials
 
-        return without_credentials(str(location))
-    return str(location)
+        return display_name(without_credentials(str(location)))
+    return display_name(location)
 
 
 def human(n: float) -> str:
@@ -82,7 +82,8 @@ class LogFile:
     A FIFO that nobody reads is an ``OSError`` (ENXIO) when opening, not a hang. A write that fails
     (``/dev/full``: ENOSPC, a disk that fills up, EIO) breaks the log: ``error`` keeps the first
     ``OSError`` (naming PATH), later writes and ``close()`` are no-ops and never raise, and ``log()``
-    raises that error once in the main thread (the guard turns it into one line, exit 1)."""
+    raises that error once in the main thread (the guard turns it into one line, exit 1).
+    A line never holds a control character or an undecodable byte of a file name (``display_name``)."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
@@ -101,7 +102,7 @@ class LogFile:
                 return
             try:
                 for line in message.splitlines() or [""]:
-                    self.fh.write(f"{stamp} {line}\n")
+                    self.fh.write(f"{stamp} {display_name(line)}\n")
             except OSError as exc:
                 self.error = OSError(exc.errno, exc.strerror or str(exc), self.path)
 
@@ -194,7 +195,7 @@ class Progress:
             if info["status"] != "ok":
                 self._bad(info)
             elif self.verbose:
-                self._echo(f"{'reused' if info.get('reused') else 'ok'}  {info['path']}")
+                self._echo(f"{'reused' if info.get('reused') else 'ok'}  {display_name(info['path'])}")
             if self.bar:
                 self.bar.update(1)
 
@@ -249,9 +250,10 @@ class Progress:
         self.bad += 1
         key = f" [{r['key']}]" if r.get("key") else ""
         lead = "\n" if self.bar else ""  # step off the progress bar's line
-        log(f"quarantined: {r['path']}{key}: {r['error']}")
+        text = display_name(f"quarantined: {r['path']}{key}: {r['error']}")  # one line, whatever the name
+        log(text)
         with self.lock:
-            click.echo(f"{lead}quarantined: {r['path']}{key}: {r['error']}", err=True)
+            click.echo(f"{lead}{text}", err=True)
 
     def close(self) -> None:
         if self.ticker is not None:
@@ -381,7 +383,9 @@ def _loaded(*names: tuple[str, str]) -> tuple[type, ...]:
 
 
 def _say(message: str, code: int) -> int:
-    """The one error line: on stderr, in the log file, and with --json the error document on stdout."""
+    """The one error line: on stderr, in the log file, and with --json the error document on stdout
+    (a file name in it escaped by ``display_name``, so it stays one line)."""
+    message = display_name(message)
     click.echo(f"error: {message}", err=True)
     if _session["log"] is not None:
         _session["log"].write(f"error: {message}")  # a log that breaks now is reported when it is closed
@@ -424,15 +428,20 @@ def comma_list(value: str | None) -> list[str] | None:
 
 
 def build_document(report, *, code: int, seconds: float, dst: str | Path) -> dict:
-    """The ``--json`` document of ``build`` and ``run`` (keys documented in docs/cli.md)."""
+    """The ``--json`` document of ``build`` and ``run`` (keys documented in docs/cli.md). File names in
+    it are escaped as in the manifest (``shards.manifest.named``)."""
+    from ..shards.manifest import named
+
     if report.dry_run:
-        return {"status": "dry-run", "exit_code": code, "dst": str(dst),
-                "would_convert": list(report.manifest["inputs"]),
-                "refused": [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
-                            for r in report.records], "skipped": report.skipped}
+        return {"status": "dry-run", "exit_code": code, "dst": shown(dst),
+                "would_convert": [display_name(p) for p in report.manifest["inputs"]],
+                "refused": [named("file", r["path"]) | {"key": r.get("key") and display_name(r["key"]),
+                                                         "error": display_name(r["error"])}
+                            for r in report.records], "skipped": _skipped_entries(report.skipped)}
     return {"status": "quarantined" if code == EXIT_QUARANTINED else "ok", "exit_code": code,
-            "dst": str(dst), "converted": len(report.converted), "reused": len(report.reused_records),
-            "quarantined": report.manifest["quarantine"], "skipped": report.skipped, "seconds": round(seconds, 3),
+            "dst": shown(dst), "converted": len(report.converted), "reused": len(report.reused_records),
+            "quarantined": report.manifest["quarantine"], "skipped": _skipped_entries(report.skipped),
+            "seconds": round(seconds, 3),
             "collections": report.manifest["collections"]}
 
 
@@ -441,11 +450,16 @@ def _skipped_note(skipped: list[dict]) -> str:
     return f", {len(skipped)} skipped" if skipped else ""
 
 
+def _skipped_entries(skipped: list[dict]) -> list[dict]:
+    """The ``skipped`` entries of the ``--json`` document, their paths escaped (``display_name``)."""
+    return [r | {"path": display_name(r["path"])} for r in skipped]
+
+
 def skipped_lines(skipped: list[dict]) -> list[str]:
     """What was skipped, grouped by reason: ``skipped 2 (e.g. x.tar.gz): a compressed tar archive; ...``."""
     groups: dict[str, list[str]] = {}
     for r in skipped:
-        groups.setdefault(r["reason"], []).append(r["path"])
+        groups.setdefault(r["reason"], []).append(display_name(r["path"]))
     return [f"skipped {len(paths)} (e.g. {paths[0]}): {reason}" for reason, paths in sorted(groups.items())]
 
 
@@ -466,11 +480,11 @@ def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str
         for line in skipped_lines(report.skipped):
             click.echo(line)
         for path in report.manifest["inputs"]:
-            click.echo(f"  {path}")
+            click.echo(f"  {display_name(path)}")
         return code
     code = EXIT_QUARANTINED if report.quarantined else EXIT_OK
     summary = (f"{len(report.converted)} converted, {len(report.reused_records)} reused, "
-               f"{len(report.quarantined)} quarantined{_skipped_note(report.skipped)} in {seconds:.1f} s -> {dst}")
+               f"{len(report.quarantined)} quarantined{_skipped_note(report.skipped)} in {seconds:.1f} s -> {shown(dst)}")
     log(summary)
     if as_json:
         click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))

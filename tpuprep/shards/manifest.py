@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadShards
+from ..errors import BadShards, display_name, raw_name_hex
 from ..faults import checkpoint
 from ..io.files import write_json_atomic
 from ..io.storage import Store, missing_bucket, storage_error
@@ -67,6 +67,22 @@ def build_id(opts: BuildOptions, records: Sequence[dict]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def named(key: str, name: str) -> dict[str, str]:
+    """How the manifest (and ``quarantine.jsonl``, the card, ``--json``) records an input's name:
+    ``{key: display_name(name)}`` — one line of valid UTF-8, undecodable bytes as ``\\xNN`` and control
+    characters escaped (``errors.display_name``) — and, only when that differs from the name itself,
+    ``{key + "_hex": the name's bytes in hex}``, so the file can still be found."""
+    entry = {key: display_name(name)}
+    raw = raw_name_hex(name)
+    if raw is not None:
+        entry[f"{key}_hex"] = raw
+    return entry
+
+
+def _shown(text: str | None) -> str | None:
+    return None if text is None else display_name(text)
+
+
 def _empty_counts() -> dict[str, int]:
     return dict.fromkeys(COUNT_FIELDS, 0)
 
@@ -103,17 +119,17 @@ def build_manifest(
         coll["node_feat_stats"] = merge_moments(train)
         coll["splits"] = dict(sorted(coll["splits"].items()))
     origin = ("archive", "member")  # an input read in place from a tar archive (inputs.InputFile.describe)
-    quarantine = [{"file": r["path"], "key": r.get("key"), "error": r["error"]}
-                  | {k: r[k] for k in origin if r.get(k)}
+    quarantine = [named("file", r["path"]) | {"key": _shown(r.get("key")), "error": display_name(r["error"])}
+                  | {k: v for o in origin if r.get(o) for k, v in named(o, r[o]).items()}
                   for r in records if r["status"] != "ok"]
     inputs = []
     for r in records:
-        entry = {"path": r["path"], "bytes": r["bytes"], "sha256": r.get("sha256"), "status": r["status"]}
+        entry = named("path", r["path"]) | {"bytes": r["bytes"], "sha256": r.get("sha256"), "status": r["status"]}
         if r["status"] == "ok":
             entry |= {"graph_id": r["graph_id"], "counts": {k: r["counts"][k] for k in COUNT_FIELDS if k not in ("graphs", "bytes_out")}}
             if r.get("warnings"):
-                entry["warnings"] = r["warnings"]
-        entry |= {k: r[k] for k in origin if r.get(k)}
+                entry["warnings"] = [display_name(w) for w in r["warnings"]]
+        entry |= {k: v for o in origin if r.get(o) for k, v in named(o, r[o]).items()}
         inputs.append(entry)
     bid = build_id(opts, records)
     return {
