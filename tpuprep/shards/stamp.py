@@ -7,9 +7,13 @@ shard's file is written, never by rewriting a file later:
 
 - a ``configs`` shard is a task's part file placed as it is (hard link, server-side copy): its id
   (``part_id``) is a digest of what decides the part's bytes — schema and library versions, the build
-  options and the batch's inputs (tree path, bytes, sha256) — added by the task just before it closes
-  the part (``add_shard_id``);
+  options and the batch's inputs (tree path, bytes, sha256) — known once the batch is converted,
+  before the task writes the part;
 - a ``graphs`` shard, written at merge time, gets ``merged_id`` of its member parts' ids.
+
+Either way the writer is opened with the id in its Arrow schema's metadata (``with_shard_id``), which
+pyarrow writes into the Parquet key-value metadata (and a ``pq.read_table``/``pq.write_table`` round
+trip keeps).
 
 Ids are 32 hex digits and deterministic: identical inputs and options give identical ids (and
 bytes), whatever the runner, the number of workers or a ``--resume``; a part that is reused keeps the
@@ -22,7 +26,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from .manifest import library_versions
 from .schema import SCHEMA_VERSION
@@ -51,11 +55,12 @@ def merged_id(ids: Sequence[str | None]) -> str | None:
     return _digest({"parts": list(ids)})
 
 
-def add_shard_id(writer: pq.ParquetWriter, shard_id: str | None) -> None:
-    """Put ``shard_id`` in the key-value metadata of the file ``writer`` writes (call before it is
-    closed; nothing when None)."""
-    if shard_id is not None:
-        writer.add_key_value_metadata({SHARD_ID_KEY: shard_id.encode()})
+def with_shard_id(schema: pa.Schema, shard_id: str | None) -> pa.Schema:
+    """``schema`` with ``shard_id`` added to its metadata (unchanged when None): open a shard's
+    ``ParquetWriter`` with it."""
+    if shard_id is None:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), SHARD_ID_KEY: shard_id.encode()})
 
 
 def shard_id(metadata: dict | None) -> str | None:
@@ -65,4 +70,4 @@ def shard_id(metadata: dict | None) -> str | None:
     return None if value is None else value.decode(errors="replace")
 
 
-__all__ = ["SHARD_ID_KEY", "add_shard_id", "merged_id", "part_id", "shard_id"]
+__all__ = ["SHARD_ID_KEY", "merged_id", "part_id", "shard_id", "with_shard_id"]

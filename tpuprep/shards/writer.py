@@ -32,7 +32,7 @@ from ..io.files import atomic_path, place, sha256_file
 from ..io.storage import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
-from .stamp import add_shard_id, merged_id, shard_id
+from .stamp import merged_id, shard_id, with_shard_id
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
@@ -213,9 +213,10 @@ def parquet_options(table: str, compression_level: int) -> dict:
             **table_schema(table).parquet_options(compression_level)}
 
 
-def _writer(path: Path, table: str, compression_level: int) -> pq.ParquetWriter:
-    """A Parquet writer for one shard of ``table`` (``parquet_options``)."""
-    return pq.ParquetWriter(path, table_schema(table).arrow, **parquet_options(table, compression_level))
+def _writer(path: Path, table: str, compression_level: int, shard_id: str | None = None) -> pq.ParquetWriter:
+    """A Parquet writer for one shard of ``table`` (``parquet_options``), the shard id in its metadata."""
+    schema = with_shard_id(table_schema(table).arrow, shard_id)
+    return pq.ParquetWriter(path, schema, **parquet_options(table, compression_level))
 
 
 PART_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
@@ -283,17 +284,16 @@ def _write_layout_configs(w: pq.ParquetWriter, g: ConvertedGraph, row_group_byte
 
 
 def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
-                         compression_level: int, shard_id: str | None = None) -> None:
+                         compression_level: int, part_id: str | None = None) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level, part_id) as w:
         if kind == "layout":  # row groups never span two graphs
             for g in graphs:
                 _write_layout_configs(w, g, row_group_bytes)
         else:  # tile configs are tiny: the whole batch in as few row groups as the budget allows
             t = pa.concat_tables([config_table(g) for g in graphs])
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
-        add_shard_id(w, shard_id)
 
 
 def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int,
@@ -379,14 +379,14 @@ def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], stag
     returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile. Its shard id is
     ``merged_id`` of the parts' ids."""
     rows = 0
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level) as w:
+    sid = merged_id([p.configs_id for p in chosen])
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level, sid) as w:
         pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
         if kind == "tile":
             pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
         for t in pieces:
             w.write_table(t, row_group_size=max(t.num_rows, 1))
             rows += t.num_rows
-        add_shard_id(w, merged_id([p.configs_id for p in chosen]))
     return rows
 
 
