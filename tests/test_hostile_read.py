@@ -30,6 +30,7 @@ from tpuprep.cli import main
 from tpuprep.errors import BadShards, FatalError, UsageError
 from tpuprep.export import export, npz_relpath
 from tpuprep.io.files import sha256_file
+from tpuprep.shards.stamp import shard_id
 from tpuprep.verify import verify
 
 GRAPH = "layout:xla:random"  # tiny profile: 2 train graphs, the first with duplicate configs
@@ -81,12 +82,15 @@ def shard_of(root: Path, graph_id: str, part: str) -> tuple[int, Path]:
 
 
 def fix_manifest_hash(root: Path, shard: Path) -> None:
-    """Make the manifest's bytes and sha256 of ``shard`` match the file again."""
+    """Make the manifest's bytes, sha256, rows and shard id of ``shard`` match the file again."""
     def edit(m: dict) -> None:
         for s in m["shards"]:
             if root / s["path"] == shard:
                 s["bytes"], s["sha256"] = shard.stat().st_size, sha256_file(shard)
                 s["rows"] = pq.ParquetFile(shard).metadata.num_rows
+                s["shard_id"] = shard_id(pq.ParquetFile(shard).metadata.metadata)
+                if s["shard_id"] is None:
+                    del s["shard_id"]
     edit_manifest(root, edit)
 
 

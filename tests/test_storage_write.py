@@ -77,6 +77,34 @@ def test_build_to_a_bucket_is_byte_identical_to_a_local_build(bucket, tiny_src, 
     assert not Path("s3:").exists() and not Path("s3:/").exists()  # never a local folder named s3:
 
 
+def test_configs_shards_are_copied_inside_the_bucket_not_through_this_machine(bucket, tiny_src, reference,
+                                                                             monkeypatch):
+    """The merge places each configs part by a server-side copy (its shard id is in its footer already):
+    no configs part is downloaded, and no configs shard uploaded, by the coordinating process."""
+    from tpuprep.io.storage import Store
+
+    calls: list[tuple[str, str, str]] = []
+
+    def spy(name: str):
+        real = getattr(Store, name)
+
+        def call(self, a, b):
+            calls.append((name, str(a), str(b)))
+            return real(self, a, b)
+        return call
+
+    for name in ("get_file", "put_file", "copy"):
+        monkeypatch.setattr(Store, name, spy(name))
+    url = f"{bucket}/server-side"
+    build(tiny_src, url)
+    assert objects(url) == tree_bytes(reference)
+    configs = sorted(s["path"] for s in json.loads(tree_bytes(reference)[MANIFEST])["shards"]
+                     if "/configs/" in s["path"])
+    assert configs and sorted(to for name, _, to in calls if name == "copy") == configs
+    assert [c for c in calls if c[0] == "get_file" and c[1].endswith(".configs.parquet")] == []
+    assert [c for c in calls if c[0] == "put_file" and c[2] in configs] == []
+
+
 def test_local_worker_processes_write_to_the_bucket(bucket, tiny_src, reference):
     from tpuprep.runners import make_runner
 

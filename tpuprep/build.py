@@ -53,8 +53,9 @@ from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
-from .shards.manifest import build_id, build_manifest, write_manifest, write_manifest_to_store
+from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
 from .shards.schema import SCHEMA_VERSION
+from .shards.stamp import part_id
 from .shards.writer import (
     PartFiles,
     merge_parts,
@@ -192,7 +193,8 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Sto
         name = part_name(batch[0].relpath)  # bounded, whatever the length of the input's name
         write = write_parts_to_store if isinstance(staging, Store) else write_parts
         staging_at = staging if isinstance(staging, Store) else Path(staging)
-        parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level).__dict__
+        pid = part_id(opts.to_dict(), [(g.inp.relpath, g.inp.size, g.sha256) for g in graphs])
+        parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level, part_id=pid).__dict__
         checkpoint("part")
     done = {"fingerprint": fingerprint, "records": records, "parts": parts}
     if isinstance(staging, Store):
@@ -222,17 +224,16 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
 
 
 def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,
-               dst: str | Store, opts: BuildOptions, build_id: str | None = None) -> list[dict]:
+               dst: str | Store, opts: BuildOptions) -> list[dict]:
     """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order); on an
-    object store ``staging`` and ``dst`` are ``Store``s. ``build_id``: the manifest's, into every shard."""
+    object store ``staging`` and ``dst`` are ``Store``s."""
     if isinstance(dst, Store):
         infos = merge_parts_to_store(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
-                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level,
-                                     build_id=build_id)
+                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
         return [i.__dict__ for i in infos]
     infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
                         Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
-                        compression_level=opts.compression_level, build_id=build_id)
+                        compression_level=opts.compression_level)
     return [i.__dict__ for i in infos]
 
 
@@ -624,8 +625,7 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
     where = (staging, dst) if remote else (str(staging), str(dst))
     records = [r for d in results for r in d["records"]]
     all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
-    bid = build_id(opts, all_records)  # the manifest's, repeated in every shard
-    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts, bid)
+    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
     for fut in runner.as_completed(merges):

@@ -54,19 +54,6 @@ def write_manifest_to_store(store: Store, manifest: dict) -> None:
     store.write_bytes(MANIFEST, data)
 
 
-def build_id(opts: BuildOptions, records: Sequence[dict]) -> str:
-    """The id of a build (32 hex digits), which every shard's key-value metadata repeats: a digest of
-    what decides the shards' bytes — the schema and library versions, the options and every input's
-    path, status, size and sha256 (``records``, those ``build_manifest`` is given). Deterministic like
-    the rest of the manifest: identical builds (identical shards) share it; a rebuild with another
-    set of inputs, another input's content or other options gets another."""
-    import hashlib
-
-    doc = {"schema_version": SCHEMA_VERSION, "versions": library_versions(), "options": opts.to_dict(),
-           "inputs": sorted([r["path"], r["status"], r.get("bytes"), r.get("sha256")] for r in records)}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
-
-
 def named(key: str, name: str) -> dict[str, str]:
     """How the manifest (and ``quarantine.jsonl``, the card, ``--json``) records an input's name:
     ``{key: display_name(name)}`` — one line of valid UTF-8, undecodable bytes as ``\\xNN`` and control
@@ -92,7 +79,8 @@ def build_manifest(
     records: Sequence[dict],
     shards: Sequence[dict],
 ) -> dict:
-    """Assemble the manifest from per-input records (sorted by path) and shard records."""
+    """Assemble the manifest from per-input records (sorted by path) and shard records (``ShardInfo``
+    dicts; a ``shard_id`` of None — a shard written without one — is left out of its entry)."""
     from ..moments import merge_moments  # NumPy: not needed to read a manifest (tpuprep info)
 
     collections: dict[str, dict] = {}
@@ -131,16 +119,15 @@ def build_manifest(
                 entry["warnings"] = [display_name(w) for w in r["warnings"]]
         entry |= {k: v for o in origin if r.get(o) for k, v in named(o, r[o]).items()}
         inputs.append(entry)
-    bid = build_id(opts, records)
+    shards = [{k: v for k, v in s.items() if not (k == "shard_id" and v is None)} for s in shards]
     return {
         "format": "tpuprep-shards",
         "schema_version": SCHEMA_VERSION,
-        **({"build_id": bid} if bid is not None else {}),
         "versions": library_versions(),
         "options": opts.to_dict(),
         "collections": dict(sorted(collections.items())),
         "inputs": inputs,
-        "shards": list(shards),
+        "shards": shards,
         "quarantine": quarantine,
     }
 
@@ -152,7 +139,7 @@ MAX_MANIFEST_BYTES = 1 << 30  # the full TpuGraphs dataset gives a manifest of a
 INPUT_COUNT_FIELDS = tuple(k for k in COUNT_FIELDS if k not in ("graphs", "bytes_out"))
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_BUILD_ID = re.compile(r"[0-9a-f]{32}")
+_SHARD_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class _Where:
@@ -308,6 +295,8 @@ def _check_shard(i: int, entry: Any, collections: dict, where: _Where) -> tuple[
         raise where.fail(f"{at}.path", f"{path!r} is not {folder}{split}-<i>-of-<n>.parquet")
     where.integers(entry, ("rows", "row_groups", "bytes"), at)
     where.sha256(entry["sha256"], f"{at}.sha256")
+    if "shard_id" in entry and not (type(entry["shard_id"]) is str and _SHARD_ID.fullmatch(entry["shard_id"])):
+        raise where.fail(f"{at}.shard_id", f"{entry['shard_id']!r} is not a shard id (32 hex digits)")
     first, last = entry["first_graph"], entry["last_graph"]
     if type(first) is not str or type(last) is not str or not first <= last:
         raise where.fail(at, f"first_graph {first!r} and last_graph {last!r} are not an ordered pair of graph ids")
@@ -324,8 +313,6 @@ def check_manifest(m: Any, path: Path) -> dict:
     where = _Where(path)
     check_version(m, where)
     where.mapping(m, "", ("versions", "options", "collections", "inputs", "shards", "quarantine"))
-    if "build_id" in m and not (isinstance(m["build_id"], str) and _BUILD_ID.fullmatch(m["build_id"])):
-        raise where.fail("build_id", f"{m['build_id']!r} is not 32 hex digits")
     check_options(m["options"], where)
     _check_collections(m["collections"], where)
     graphs: dict[str, tuple[str, int]] = {}

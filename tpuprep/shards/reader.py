@@ -51,7 +51,7 @@ from .parquet import (
     read_row_groups,
 )
 from .schema import table_name
-from .stamp import shard_build_id
+from .stamp import shard_id
 
 if TYPE_CHECKING:
     import polars as pl
@@ -280,6 +280,7 @@ class Dataset:
         self.manifest = read_manifest(self.root if self.store.is_local else self.store)
         self._real_root = Path(self.root).resolve() if self.store.is_local else None
         self._sizes: dict[str, int] = {}
+        self._ids: dict[str, str | None] = {}  # shard path (from shard_path) -> its manifest entry's shard_id
         self._indexes: dict[tuple[str, str], _ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
@@ -343,7 +344,11 @@ class Dataset:
         remotely the URL of an object (not a prefix) under the dataset's prefix.
         Anything else is ``BadShards`` naming the manifest entry."""
         rel = self.manifest["shards"][i]["path"]
+        path = self._shard_path(i, rel)
+        self._ids[str(path)] = self.manifest["shards"][i].get("shard_id")  # what open_shard expects
+        return path
 
+    def _shard_path(self, i: int, rel: str) -> Path | str:
         def bad(problem: str) -> BadShards:
             return BadShards(f"{self.manifest_path}: shards[{i}].path {rel!r}: {problem}")
 
@@ -391,7 +396,9 @@ class Dataset:
     def open_shard(self, path: Path | str) -> pq.ParquetFile:
         """A shard (a path from ``shard_path``) opened for reading with page checksums verified;
         remotely through ``Store.open_ranged``: footer and row groups are ranged GETs. ``BadShards``
-        naming the folder when the shard is not of the manifest's build (rebuilt since ``open_dataset``)."""
+        naming the folder when the shard's id (its footer's ``shard_id``) is not its manifest entry's: the
+        folder was rebuilt since ``open_dataset`` (shards written before shard ids have none, their
+        entries neither)."""
         if self.store.is_local:
             if not os.path.exists(path):
                 raise self._changed(f"{path} no longer exists")
@@ -404,9 +411,9 @@ class Dataset:
             except OSError as exc:
                 raise storage_error(exc, str(path), self.store) from None
             pf = open_parquet(path, source)
-        found, want = shard_build_id(pf.metadata.metadata), self.manifest.get("build_id")
+        found, want = shard_id(pf.metadata.metadata), self._ids.get(str(path))
         if found != want:
-            raise self._changed(f"{path} is from build {found}, its manifest was of build {want}")
+            raise self._changed(f"{path} is shard {found}, the manifest said {want}")
         return pf
 
     def _changed(self, detail: str) -> BadShards:

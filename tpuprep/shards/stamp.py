@@ -1,85 +1,73 @@
-"""The build id in a shard's Parquet key-value metadata (``build_id``), which the manifest repeats.
+"""Shard ids: a content id in every shard's Parquet key-value metadata (key ``shard_id``), which the
+shard's manifest entry repeats (schema >= 3.2).
 
-A reader compares the two whenever it opens a shard, so a dataset rebuilt (``--overwrite``) under an
-open ``Dataset`` fails with one line instead of mixing two builds' rows. ``graphs`` shards are written
-at merge time with the id in their schema metadata (``schema_metadata``); ``configs`` shards are a
-task's part file placed as is, so ``place_stamped`` copies the part's pages unchanged and writes a
-new footer holding the id: the same row groups, offsets, page checksums and page index (only the
-footer is re-serialised, by pyarrow, from the part's own footer).
+A reader compares the two whenever it opens a shard, so a folder rebuilt (``--overwrite``) under an
+open ``Dataset`` fails with one line instead of mixing two builds' rows. The id is written when the
+shard's file is written, never by rewriting a file later:
+
+- a ``configs`` shard is a task's part file placed as it is (hard link, server-side copy): its id
+  (``part_id``) is a digest of what decides the part's bytes — schema and library versions, the build
+  options and the batch's inputs (tree path, bytes, sha256) — known once the batch is converted,
+  before the task writes the part;
+- a ``graphs`` shard, written at merge time, gets ``merged_id`` of its member parts' ids.
+
+Either way the writer is opened with the id in its Arrow schema's metadata (``with_shard_id``), which
+pyarrow writes into the Parquet key-value metadata (and a ``pq.read_table``/``pq.write_table`` round
+trip keeps).
+
+Ids are 32 hex digits and deterministic: identical inputs and options give identical ids (and
+bytes), whatever the runner, the number of workers or a ``--resume``; a part that is reused keeps the
+id in its own footer.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import os
-import struct
-from pathlib import Path
+import json
+from collections.abc import Iterable, Sequence
 
-from ..io.files import atomic_path
+import pyarrow as pa
 
-BUILD_ID_KEY = b"build_id"
-"""The key of the build id in a shard's Parquet key-value metadata (and Arrow schema metadata)."""
-_MAGIC = b"PAR1"
+from .manifest import library_versions
+from .schema import SCHEMA_VERSION
 
-
-def schema_metadata(metadata: dict | None, build_id: str | None) -> dict:
-    """An Arrow schema's ``metadata`` with the build id added (unchanged when ``build_id`` is None)."""
-    out = dict(metadata or {})
-    if build_id is not None:
-        out[BUILD_ID_KEY] = build_id.encode()
-    return out
+SHARD_ID_KEY = b"shard_id"
+"""The key of the shard id in a shard's Parquet key-value metadata."""
 
 
-def stamped_footer(path: Path | str, build_id: str) -> tuple[int, bytes]:
-    """(offset where the footer of the Parquet file ``path`` starts, a footer (FileMetaData, its length,
-    ``PAR1``) equal to it plus ``build_id`` in the key-value metadata)."""
-    import pyarrow.parquet as pq
-
-    pf = pq.ParquetFile(path)
-    size = os.stat(path).st_size
-    with open(path, "rb") as fh:
-        fh.seek(size - 8)
-        tail = fh.read(8)
-    if tail[4:] != _MAGIC:
-        raise ValueError(f"{path}: not a Parquet file (no PAR1 at its end)")
-    start = size - 8 - struct.unpack("<I", tail[:4])[0]
-    schema = pf.schema_arrow
-    schema = schema.with_metadata(schema_metadata(schema.metadata, build_id))
-    buf = io.BytesIO()
-    pq.write_metadata(schema, buf, metadata_collector=[pf.metadata])  # PAR1, footer, length, PAR1
-    data = buf.getvalue()
-    if data[:4] != _MAGIC or data[-4:] != _MAGIC or pf.metadata.num_row_groups != \
-            pq.ParquetFile(io.BytesIO(data)).metadata.num_row_groups:
-        raise ValueError(f"{path}: its footer could not be re-written")
-    return start, data[4:]
+def _digest(doc: object) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def place_stamped(src: Path | str, path: Path | str, build_id: str) -> tuple[str, int]:
-    """Put a copy of the finished Parquet file ``src`` at ``path`` atomically, its footer holding
-    ``build_id`` (``src`` is kept unchanged: a part ``--resume`` may reuse). Returns the copy's
-    (hex sha256, bytes), hashed as it is written."""
-    start, footer = stamped_footer(src, build_id)
-    digest = hashlib.sha256()
-    with atomic_path(Path(path)) as tmp, open(src, "rb") as fin, open(tmp, "wb") as fout:
-        left = start
-        while left:  # the pages as they are
-            block = fin.read(min(left, 1 << 22))
-            if not block:
-                raise OSError(f"{src}: ended {left} bytes before its footer")
-            digest.update(block)
-            fout.write(block)
-            left -= len(block)
-        digest.update(footer)
-        fout.write(footer)
-    return digest.hexdigest(), start + len(footer)
+def part_id(options: dict, inputs: Iterable[tuple[str, int, str]]) -> str:
+    """The id (32 hex digits) of a task's ``configs`` part: a digest of the schema and library versions,
+    the build ``options`` (``BuildOptions.to_dict()``) and the batch's converted inputs as (tree path,
+    bytes, hex sha256) — everything that decides the part's bytes."""
+    return _digest({"schema_version": SCHEMA_VERSION, "versions": library_versions(), "options": options,
+                    "inputs": sorted([path, size, sha] for path, size, sha in inputs)})
 
 
-def shard_build_id(metadata: dict | None) -> str | None:
-    """The build id of a shard from its Parquet key-value metadata (``pf.metadata.metadata``), None for
-    a shard written before build ids (schema < 3.2)."""
-    value = (metadata or {}).get(BUILD_ID_KEY)
+def merged_id(ids: Sequence[str | None]) -> str | None:
+    """The id of a ``graphs`` shard merged from parts of these ids (in graph-id order); None if a part
+    has none (written before shard ids)."""
+    if not ids or any(i is None for i in ids):
+        return None
+    return _digest({"parts": list(ids)})
+
+
+def with_shard_id(schema: pa.Schema, shard_id: str | None) -> pa.Schema:
+    """``schema`` with ``shard_id`` added to its metadata (unchanged when None): open a shard's
+    ``ParquetWriter`` with it."""
+    if shard_id is None:
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), SHARD_ID_KEY: shard_id.encode()})
+
+
+def shard_id(metadata: dict | None) -> str | None:
+    """The id of a shard from its Parquet key-value metadata (``pf.metadata.metadata``), None for a
+    shard written before shard ids (schema < 3.2)."""
+    value = (metadata or {}).get(SHARD_ID_KEY)
     return None if value is None else value.decode(errors="replace")
 
 
-__all__ = ["BUILD_ID_KEY", "place_stamped", "schema_metadata", "shard_build_id", "stamped_footer"]
+__all__ = ["SHARD_ID_KEY", "merged_id", "part_id", "shard_id", "with_shard_id"]

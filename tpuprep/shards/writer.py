@@ -32,7 +32,7 @@ from ..io.files import atomic_path, place, sha256_file
 from ..io.storage import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
-from .stamp import place_stamped, schema_metadata
+from .stamp import merged_id, shard_id, with_shard_id
 
 TILE_GRAPHS_ROW_GROUP_BYTES = 8 << 20
 TILE_CONFIGS_ROW_GROUP_ROWS = 1 << 20
@@ -213,10 +213,9 @@ def parquet_options(table: str, compression_level: int) -> dict:
             **table_schema(table).parquet_options(compression_level)}
 
 
-def _writer(path: Path, table: str, compression_level: int, build_id: str | None = None) -> pq.ParquetWriter:
-    """A Parquet writer for one shard of ``table`` (``parquet_options``), the build id in its metadata."""
-    schema = table_schema(table).arrow
-    schema = schema.with_metadata(schema_metadata(schema.metadata, build_id))
+def _writer(path: Path, table: str, compression_level: int, shard_id: str | None = None) -> pq.ParquetWriter:
+    """A Parquet writer for one shard of ``table`` (``parquet_options``), the shard id in its metadata."""
+    schema = with_shard_id(table_schema(table).arrow, shard_id)
     return pq.ParquetWriter(path, schema, **parquet_options(table, compression_level))
 
 
@@ -230,7 +229,8 @@ class PartFiles:
     ``graphs``: an Arrow IPC file (LZ4) with one record batch per graph row, merged into ``graphs``
     shards later (they are small). ``configs``: already a final ``configs`` shard (Parquet/zstd, row
     groups cut at graph boundaries), which the merge only links into place under its
-    ``<split>-i-of-N`` name; its sha256, rows and row groups are computed here, in the worker.
+    ``<split>-i-of-N`` name; its sha256, rows and row groups are computed here, in the worker, and
+    ``configs_id`` is the shard id in its footer (``stamp.part_id``; None if written without one).
     Paths are relative to the staging folder.
     """
 
@@ -242,6 +242,7 @@ class PartFiles:
     configs_row_groups: int
     configs_file_bytes: int
     configs_sha256: str
+    configs_id: str | None = None
 
 
 def layout_rows_per_group(num_columns: int) -> int:
@@ -283,10 +284,10 @@ def _write_layout_configs(w: pq.ParquetWriter, g: ConvertedGraph, row_group_byte
 
 
 def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
-                         compression_level: int) -> None:
+                         compression_level: int, part_id: str | None = None) -> None:
     kind = graphs[0].inp.kind
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level) as w:
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level, part_id) as w:
         if kind == "layout":  # row groups never span two graphs
             for g in graphs:
                 _write_layout_configs(w, g, row_group_bytes)
@@ -296,16 +297,18 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group
 
 
 def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int,
-                compression_level: int) -> PartFiles:
-    """Write the part files of a batch of converted graphs (same kind, collection and split)."""
+                compression_level: int, *, part_id: str | None = None) -> PartFiles:
+    """Write the part files of a batch of converted graphs (same kind, collection and split);
+    ``part_id`` (``stamp.part_id``) goes into the configs part's footer as its shard id."""
     kind = graphs[0].inp.kind
     rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
-    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level)
+    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level, part_id)
     batches = (b for g in graphs for b in graph_table(g).to_batches())
     graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
     meta = pq.ParquetFile(staging / rel_c).metadata
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
-                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_file(staging / rel_c))
+                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_file(staging / rel_c),
+                     shard_id(meta.metadata))
 
 
 @dataclass
@@ -322,6 +325,7 @@ class ShardInfo:
     sha256: str
     first_graph: str
     last_graph: str
+    shard_id: str | None = None  # in the shard's footer too (shards.stamp); None: written without one
 
 
 def plan_shards(sizes: Sequence[int], shard_bytes: int) -> list[range]:
@@ -365,16 +369,18 @@ def _configs_shards(kind: str, collection: str, split: str, parts: Sequence[Part
     return [ShardInfo(path=shard_relpath(collection, "configs", split, i, len(parts)), table=f"{kind}_configs",
                       collection=collection, split=split, rows=p.configs_rows, row_groups=p.configs_row_groups,
                       bytes=p.configs_file_bytes, sha256=p.configs_sha256, first_graph=p.graph_ids[0],
-                      last_graph=p.graph_ids[-1])
+                      last_graph=p.graph_ids[-1], shard_id=p.configs_id)
             for i, p in enumerate(parts)]
 
 
 def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], staging: Path,
-                        compression_level: int, build_id: str | None = None) -> int:
+                        compression_level: int) -> int:
     """Write one ``graphs`` shard at ``path`` from the graph parts ``chosen`` (under ``staging``);
-    returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile."""
+    returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile. Its shard id is
+    ``merged_id`` of the parts' ids."""
     rows = 0
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level, build_id) as w:
+    sid = merged_id([p.configs_id for p in chosen])
+    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level, sid) as w:
         pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
         if kind == "tile":
             pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
@@ -389,7 +395,8 @@ def _graphs_info(path: Path, rel: str, kind: str, collection: str, split: str, c
     meta = pq.ParquetFile(path).metadata
     return ShardInfo(path=rel, table=f"{kind}_graphs", collection=collection, split=split, rows=rows,
                      row_groups=meta.num_row_groups, bytes=path.stat().st_size, sha256=sha256_file(path),
-                     first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1])
+                     first_graph=chosen[0].graph_ids[0], last_graph=chosen[-1].graph_ids[-1],
+                     shard_id=shard_id(meta.metadata))
 
 
 def merge_parts(
@@ -402,23 +409,19 @@ def merge_parts(
     *,
     shard_bytes: int,
     compression_level: int,
-    build_id: str | None = None,
 ) -> list[ShardInfo]:
     """Place the shards of one (collection, split) from its parts, given in graph-id order.
 
-    ``configs``: each part's configs file becomes shard i of N as it is (no re-encoding).
-    ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
-    (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile.
-    ``build_id`` (the manifest's) goes into every shard's key-value metadata (``shards.stamp``).
+    ``configs``: each part's configs file becomes shard i of N as it is (hard link: no copy, no
+    re-encoding; its shard id is in its footer already). ``graphs``: the rows of consecutive parts are
+    written into shards of ≤ ``shard_bytes`` (uncompressed), one row group per layout graph and ≤ 8 MB
+    row groups for tile, each with the ``merged_id`` of its parts' ids (``shards.stamp``).
     """
     infos = _configs_shards(kind, collection, split, parts)
     for p, info in zip(parts, infos, strict=True):
         path = dst / info.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        if build_id is None:
-            place(staging / p.configs, path)
-        else:
-            info.sha256, info.bytes = place_stamped(staging / p.configs, path, build_id)
+        place(staging / p.configs, path)
         checkpoint("shard")
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
     for i, members in enumerate(plan):
@@ -426,7 +429,7 @@ def merge_parts(
         path = dst / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         chosen = [parts[j] for j in members]
-        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level, build_id)
+        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level)
         checkpoint("shard")
         infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
     return infos
@@ -439,31 +442,23 @@ def merge_parts(
 
 
 def write_parts_to_store(graphs: Sequence[ConvertedGraph], staging: Store, name: str, row_group_bytes: int,
-                         compression_level: int) -> PartFiles:
+                         compression_level: int, *, part_id: str | None = None) -> PartFiles:
     """``write_parts`` into the staging prefix of an object store (configs part first, then graphs)."""
     with tempfile.TemporaryDirectory(prefix="tpuprep-parts-") as tmp:
-        parts = write_parts(graphs, Path(tmp), name, row_group_bytes, compression_level)
+        parts = write_parts(graphs, Path(tmp), name, row_group_bytes, compression_level, part_id=part_id)
         for rel in (parts.configs, parts.graphs):
             staging.put_file(Path(tmp) / rel, rel)
     return parts
 
 
 def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence[PartFiles], staging: Store,
-                         dst: Store, *, shard_bytes: int, compression_level: int,
-                         build_id: str | None = None) -> list[ShardInfo]:
-    """``merge_parts`` in an object store: configs parts are copied inside the store (with a
-    ``build_id``: fetched, stamped and uploaded); the graph parts of each ``graphs`` shard are fetched
-    to a local temporary folder, merged there and uploaded."""
+                         dst: Store, *, shard_bytes: int, compression_level: int) -> list[ShardInfo]:
+    """``merge_parts`` in an object store: configs parts are copied inside the store (server-side, their
+    shard id in their footer already); the graph parts of each ``graphs`` shard are fetched to a local
+    temporary folder, merged there and uploaded."""
     infos = _configs_shards(kind, collection, split, parts)
     for p, info in zip(parts, infos, strict=True):
-        if build_id is None:
-            dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
-        else:
-            with tempfile.TemporaryDirectory(prefix="tpuprep-stamp-") as tmp:
-                staging.get_file(p.configs, Path(tmp) / "part.parquet")
-                info.sha256, info.bytes = place_stamped(Path(tmp) / "part.parquet", Path(tmp) / "shard.parquet",
-                                                        build_id)
-                dst.put_file(Path(tmp) / "shard.parquet", info.path)
+        dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
         checkpoint("shard")
     plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
     for i, members in enumerate(plan):
@@ -475,7 +470,7 @@ def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence
                 (local / p.graphs).parent.mkdir(parents=True, exist_ok=True)
                 staging.get_file(p.graphs, local / p.graphs)
             path = local / "shard.parquet"
-            rows = _write_graphs_shard(path, kind, chosen, local, compression_level, build_id)
+            rows = _write_graphs_shard(path, kind, chosen, local, compression_level)
             infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
             dst.put_file(path, rel)
         checkpoint("shard")
