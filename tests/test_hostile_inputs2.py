@@ -18,7 +18,6 @@ import hashlib
 import io
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -409,7 +408,6 @@ def test_the_issues_tile_bomb_is_refused_from_its_headers_without_allocating(tmp
     assert "1,500,000 exceeds the limit of 10,000" in q["error"]
     grown_kb = int(done.stderr.rsplit("RSS ", 1)[1].split()[0])
     assert grown_kb < 300_000, f"the build's peak RSS grew by {grown_kb} KB"  # node_feat alone: 840 MB
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 1_000_000
 
 
 # --------------------------------------------------------------------------- 14. skipped files

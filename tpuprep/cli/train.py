@@ -135,7 +135,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Report a quick validation score after every epoch.")
 @click.option("--cache-graphs", default=None, type=click.IntRange(min=1),
               help="Keep at most N prepared graph structures in memory (default: as many as "
-                   "fit in 512 MB; configs are never kept, each step reads its sample).")
+                   "fit in 128 MB; configs are never kept, each step reads its sample).")
 @threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, batch_configs: int,
