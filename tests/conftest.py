@@ -85,3 +85,15 @@ def synth_shards(tmp_path_factory, synth_root) -> Path:
     dst = tmp_path_factory.mktemp("synth-shards")
     build(synth_root / "npz", dst)
     return dst
+
+
+@pytest.fixture
+def shards(synth_shards, tmp_path) -> Path:
+    """A private copy of the tiny synthetic build, for tests that damage it (a module may define its own)."""
+    return Path(shutil.copytree(synth_shards, tmp_path / "shards"))
+
+
+@pytest.fixture
+def src(synth_root) -> Path:
+    """The npz tree of the tiny synthetic build (a module may define its own)."""
+    return synth_root / "npz"

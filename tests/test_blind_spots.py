@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +29,6 @@ import tpuprep.shards.writer
 from tpuprep.cli import main
 from tpuprep.errors import BadShards
 from tpuprep.verify import verify
-
-
-@pytest.fixture
-def shards(synth_shards, tmp_path) -> Path:
-    """A private copy of the tiny synthetic build (it gets damaged)."""
-    return Path(shutil.copytree(synth_shards, tmp_path / "shards"))
-
-
-@pytest.fixture
-def src(synth_root) -> Path:
-    return synth_root / "npz"
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -40,17 +40,6 @@ TILE = "tile:xla"
 # --------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture
-def shards(synth_shards, tmp_path) -> Path:
-    """A private copy of the tiny synthetic build (it gets damaged)."""
-    return Path(shutil.copytree(synth_shards, tmp_path / "shards"))
-
-
-@pytest.fixture
-def src(synth_root) -> Path:
-    return synth_root / "npz"
-
-
 def read_manifest_json(root: Path) -> dict:
     return json.loads((root / "manifest.json").read_text())
 
