@@ -18,7 +18,7 @@ expands the scores to every original config (``config_inverse``) and takes Kenda
 original runtimes (tile: runtime / normalizer), as ``tpuprep evaluate`` does; the mean over graphs is
 the last line printed.
 
-Usage: python train_torch_gnn.py --shards DIR --collection C [--time-budget S] [--k K] [--workers W]
+Usage: python train_torch_gnn.py --shards DIR --collection C [--time-budget S] [--k K] [--lr LR] [--workers W] [--seed N]
   -> progress lines, then ``tau=<mean Kendall tau over the valid graphs>`` as the last line.
 Needs tpuprep[torch]; CPU is fine.
 """
