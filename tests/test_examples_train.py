@@ -1,6 +1,11 @@
 """docs/examples/train_torch_gnn.py (issue #28 item 6): the PyTorch GraphSAGE ranker trains through
 ConfigBatchDataset + DataLoader on a tiny synthetic build and ends with ``tau=<x>`` over the valid split;
-its validation scores every config of every valid graph in the right order."""
+its validation scores every config of every valid graph in the right order; it sees the same inputs as
+``tpuprep train`` (derived layout features, config summaries, tile features) and its learning-rate
+schedule follows the epoch cap as well as the time budget.
+
+How it compares with ``tpuprep train`` (τ on ``synth --profile small``, layout:xla:random) is a benchmark
+(figures in the commit that rewrote the example), not a test: on tiny data both fit equally well."""
 
 from __future__ import annotations
 
@@ -15,6 +20,13 @@ import numpy as np
 import pytest
 
 import tpuprep
+from tpuprep.train.features import (
+    clean_stats,
+    config_summary,
+    derived_config_features,
+    prepare_graph,
+    tile_config_features,
+)
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,12 +81,54 @@ def test_the_model_scores_a_block_like_the_training_batches(synth_shards):
     example = _example()
     ds = tpuprep.open_dataset(synth_shards)
     collection = "layout:xla:random"
-    model = example.SageRanker(*ds.normalizer(collection), layout=True).eval()
+    inputs = example.GraphInputs(ds, collection)
+    model = example.SageRanker(layout=True).eval()
     batches = tpuprep.ConfigBatches(ds, collection, k=8)
     item = next(iter(torch.utils.data.DataLoader(example.ConfigBatchDataset(batches), batch_size=None)))
-    with torch.no_grad():
-        direct = model(item).double().numpy()
     gid = item["graph_id"]
+    with torch.no_grad():
+        direct = model(inputs.graph(gid), inputs.configs(gid, item["node_config_feat"].numpy())).double().numpy()
     block = ds.read_configs(gid, item["rows"].numpy())
-    streamed = example.model_scorer(model, chunk=3)(ds.load_graph(gid, configs=False), block)
+    streamed = example.model_scorer(model, inputs, chunk=3)(ds.load_graph(gid, configs=False), block)
     assert np.allclose(direct, streamed, atol=1e-5)
+
+
+@pytest.mark.parametrize("collection", ["layout:xla:random", "tile:xla"])
+def test_the_example_sees_the_numpy_trainers_inputs(synth_shards, collection):
+    """GraphInputs (structure + streamed config digest) gives the inputs the NumPy trainer computes from
+    the whole record: node features, configurable nodes, the derived layout features and summaries
+    (which need each node's modal output layout over ALL the graph's configs), the tile features."""
+    example = _example()
+    ds = tpuprep.open_dataset(synth_shards)
+    inputs = example.GraphInputs(ds, collection)
+    kind = collection.split(":")[0]
+    for gid in ds.graph_ids(collection, "train"):
+        record = ds.load_graph(gid)
+        pg = prepare_graph(record, kind, *clean_stats(*ds.normalizer(collection)), layers=1)
+        g = inputs.graph(gid)
+        assert np.array_equal(g["x"].numpy(), pg.x) and np.array_equal(g["pos"].numpy(), pg.config_pos)
+        block = ds.read_configs(gid, np.arange(record.num_unique_configs))
+        if kind == "tile":
+            got = inputs.configs(gid, block.config_feat)["extra"].numpy()
+            assert np.allclose(got, tile_config_features(block.config_feat, extents=pg.tile_extents))
+            continue
+        derived, violation = derived_config_features(pg, block.node_config_feat)
+        got = inputs.configs(gid, block.node_config_feat)
+        assert got["cfg"].shape == (len(block.rows), len(pg.config_pos), 18 * 7 + 8)
+        assert np.array_equal(got["cfg"][:, :, 126:].numpy(), derived)
+        assert np.array_equal(got["extra"].numpy(), config_summary(pg, derived, violation))
+        assert derived[:, :, 6].any(), "the synthetic configs leave their modal layout somewhere"
+
+
+def test_the_learning_rate_warms_up_then_decays_over_the_epoch_cap(synth_shards):
+    """lr_factor: linear warm-up to 1 at 5 %, cosine to 0.05 at the end; train() with an epoch cap (and
+    no time limit) follows the epochs — a schedule on time alone would stay in warm-up and barely learn."""
+    example = _example()
+    assert example.lr_factor(0.0) == pytest.approx(0.01) and example.lr_factor(0.025) == pytest.approx(0.5)
+    assert example.lr_factor(0.05) == pytest.approx(1.0) and example.lr_factor(1.0) == pytest.approx(0.05)
+    ds = tpuprep.open_dataset(synth_shards)
+    collection = "layout:xla:random"
+    torch.set_num_threads(1)
+    model, inputs = example.train(ds, collection, time_budget=1e9, k=32, seed=0, max_epochs=60)
+    taus = example.valid_tau(ds, collection, example.model_scorer(model, inputs), split="train")
+    assert np.mean(taus) > 0.8, taus

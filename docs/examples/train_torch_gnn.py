@@ -1,11 +1,15 @@
 """Train a compact GraphSAGE ranker (the TGraph recipe) in PyTorch on tpuprep shards, then score the valid split.
 
-The model: an opcode embedding plus the normalised node features (``ds.normalizer``), the configuration
-features of each config scattered onto its configurable nodes (layout: 18 layout values one-hot over
--1..5 per configurable node; tile: the (24,) config features added to every node), GraphSAGE layers
-(mean of both edge directions) over all k configs at once, mean-pooled over all nodes and over the
-configurable nodes, and an MLP giving one score per config (higher = slower). Loss: pairwise hinge over
-the k sampled configs of a graph (a slower config must score higher by a margin).
+Inputs per graph come from ``tpuprep.train.features`` (the NumPy trainer's own, so the two compare like for
+like): node features (n, 177) — node_feat cols 0–133 standardised with the collection's train statistics,
+the layout columns one-hot, a configurable-node flag — and an opcode embedding. Per layout config, every
+configurable node gets its 18 layout values (7-way one-hot each) plus 8 derived layout features
+(``derived_config_features``: lane alignment, a layout change, leaving the graph's modal output layout,
+weighted by the node's work, ...); three config summaries (``config_summary``) and, for tile, the 42
+``tile_config_features`` go straight to the head. GraphSAGE layers average producers and consumers with
+separate weights (residual, GELU) over all k configs at once; mean pooling; an MLP gives one score per
+config (higher = slower). Loss: pairwise hinge (margin 1) over the k configs of a graph; AdamW with
+linear warm-up and a cosine decay over the time budget.
 
 Training reads ``tpuprep.torch.ConfigBatchDataset`` through a ``torch.utils.data.DataLoader`` (one graph's
 k configs per step, ``set_epoch`` every epoch) until ``--time-budget`` seconds have passed. Validation
@@ -14,7 +18,7 @@ expands the scores to every original config (``config_inverse``) and takes Kenda
 original runtimes (tile: runtime / normalizer), as ``tpuprep evaluate`` does; the mean over graphs is
 the last line printed.
 
-Usage: python train_torch_gnn.py --shards DIR --collection C [--time-budget S] [--k K] [--workers W]
+Usage: python train_torch_gnn.py --shards DIR --collection C [--time-budget S] [--k K] [--lr LR] [--workers W] [--seed N]
   -> progress lines, then ``tau=<mean Kendall tau over the valid graphs>`` as the last line.
 Needs tpuprep[torch]; CPU is fine.
 """
@@ -22,6 +26,7 @@ Needs tpuprep[torch]; CPU is fine.
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import time
 from collections.abc import Callable
@@ -29,82 +34,120 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.functional import gelu, one_hot
 from torch.utils.data import DataLoader
 
 import tpuprep
 from tpuprep.torch import ConfigBatchDataset
+from tpuprep.train.features import (
+    N_DERIVED,
+    N_FEAT,
+    N_OPCODES,
+    N_SLOTS,
+    N_SUMMARY,
+    N_TILE_INPUT,
+    clean_stats,
+    config_summary,
+    derived_config_features,
+    prepare_graph,
+    tile_config_features,
+)
 from tpuprep.train.metrics import expand_to_original, kendall_tau
+from tpuprep.train.stream import config_digest
 
-OPCODES = 256  # node_opcode is uint8
+
+class GraphInputs:
+    """Model inputs of a collection's graphs, built once per graph and cached (graphs are small).
+
+    ``graph(gid)``: dict of tensors x (n, 177) float32, opcode (n,) int64, src / dst (m,) int64 (edge
+    [src, dst]: src consumes dst), deg_in / deg_out (n, 1) float32 (≥ 1), pos (nc,) int64 configurable nodes.
+    ``configs(gid, values)``: per-config inputs of ``values`` — layout (k, nc, 18) int8 → cfg (k, nc, 134)
+    and extra (k, 3); tile config_feat (k, 24) → extra (k, 42); all float32."""
+
+    def __init__(self, ds: tpuprep.Dataset, collection: str):
+        self.ds, self.kind = ds, collection.split(":")[0]
+        self.mean, self.std = clean_stats(*ds.normalizer(collection))
+        self.cache: dict[str, tuple] = {}
+
+    def prepared(self, gid: str) -> tuple:
+        if gid not in self.cache:
+            g = self.ds.load_graph(gid, configs=False)
+            pg = prepare_graph(g, self.kind, self.mean, self.std, layers=1,
+                               digest=config_digest(self.ds, g, self.kind))
+            e = torch.from_numpy(np.asarray(g.edge_index, np.int64).reshape(-1, 2))
+            ones = torch.ones(len(e))
+            deg_in = torch.zeros(pg.n_nodes).index_add_(0, e[:, 0], ones).clamp(min=1)[:, None]
+            deg_out = torch.zeros(pg.n_nodes).index_add_(0, e[:, 1], ones).clamp(min=1)[:, None]
+            tensors = {"x": torch.from_numpy(pg.x), "opcode": torch.from_numpy(pg.opcode), "src": e[:, 0],
+                       "dst": e[:, 1], "deg_in": deg_in, "deg_out": deg_out, "pos": torch.from_numpy(pg.config_pos)}
+            self.cache[gid] = (pg, tensors)
+        return self.cache[gid]
+
+    def graph(self, gid: str) -> dict[str, torch.Tensor]:
+        return self.prepared(gid)[1]
+
+    def configs(self, gid: str, values: np.ndarray) -> dict[str, torch.Tensor]:
+        pg = self.prepared(gid)[0]
+        if self.kind == "tile":
+            return {"extra": torch.from_numpy(tile_config_features(values, extents=pg.tile_extents))}
+        derived, violation = derived_config_features(pg, values)  # (k, nc, 8), (k,)
+        slots = one_hot(torch.from_numpy(np.asarray(values, np.int64) + 1), 7).flatten(2).float()  # (k, nc, 126)
+        return {"cfg": torch.cat([slots, torch.from_numpy(derived)], 2),
+                "extra": torch.from_numpy(config_summary(pg, derived, violation))}
 
 
 class SageRanker(nn.Module):
-    """Scores (k,) float32 for a graph's k configs. Inputs: node_feat (n, 140) float32, node_opcode (n,)
-    int, edge_index (m, 2) int ([u, v]: u consumes v), and per kind node_config_ids (nc,) +
-    node_config_feat (k, nc, 18) int8 (layout) or config_feat (k, 24) float32 (tile)."""
+    """Scores (k,) float32 of a graph's k configs from ``GraphInputs.graph`` and ``GraphInputs.configs``."""
 
-    def __init__(self, mean: np.ndarray, std: np.ndarray, layout: bool, hidden: int = 64, layers: int = 3):
+    def __init__(self, layout: bool, hidden: int = 64, layers: int = 2):
         super().__init__()
-        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))  # (134,)
-        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))  # (134,), never 0
-        self.layout = layout
-        self.opcode = nn.Embedding(OPCODES, hidden)
-        self.node = nn.Linear(140, hidden)
-        self.config = nn.Linear(18 * 7 if layout else 24, hidden)
-        self.self_w = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(layers))
-        self.neigh_w = nn.ModuleList(nn.Linear(hidden, hidden, bias=False) for _ in range(layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
-        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.node = nn.Linear(N_FEAT, hidden)
+        self.opcode = nn.Embedding(N_OPCODES, hidden)
+        self.config = nn.Linear(N_SLOTS * 7 + N_DERIVED, hidden) if layout else None
+        self.convs = nn.ModuleList(nn.ModuleDict({"self": nn.Linear(hidden, hidden), "inp": nn.Linear(
+            hidden, hidden, bias=False), "out": nn.Linear(hidden, hidden, bias=False)}) for _ in range(layers))
+        self.pool = nn.Linear(hidden, hidden)
+        self.extra = nn.Linear(N_SUMMARY if layout else N_TILE_INPUT, hidden, bias=False)
+        self.score = nn.Linear(hidden, 1)
 
-    def forward(self, b: dict[str, torch.Tensor]) -> torch.Tensor:
-        feat = b["node_feat"]
-        x = torch.cat([((feat[:, :134] - self.mean) / self.std).clamp(-10, 10), feat[:, 134:]], 1)
-        h = self.node(x) + self.opcode(b["node_opcode"].long())  # (n, H)
-        if self.layout:
-            cfg = b["node_config_feat"].long() + 1  # (k, nc, 18) in 0..6
-            onehot = torch.nn.functional.one_hot(cfg, 7).flatten(2).float()  # (k, nc, 126)
-            ids = b["node_config_ids"].long()
-            h = h.expand(len(cfg), -1, -1).clone()  # (k, n, H): one copy of the graph per config
-            h[:, ids] = h[:, ids] + self.config(onehot)
-        else:
-            ids = None
-            h = h[None] + self.config(b["config_feat"])[:, None]  # (k, n, H)
-        edges = b["edge_index"].long()
-        src, dst = edges[:, 0], edges[:, 1]
-        deg = torch.zeros(h.shape[1]).index_add_(0, src, torch.ones(len(src))).index_add_(
-            0, dst, torch.ones(len(dst))).clamp(min=1)[None, :, None]
-        for self_w, neigh_w, norm in zip(self.self_w, self.neigh_w, self.norms, strict=True):
-            agg = torch.zeros_like(h).index_add_(1, src, h[:, dst]).index_add_(1, dst, h[:, src])
-            h = h + torch.nn.functional.gelu(norm(self_w(h) + neigh_w(agg / deg)))
-        pooled = h.mean(1)
-        focus = h[:, ids].mean(1) if ids is not None else h.max(1).values
-        return self.head(torch.cat([pooled, focus], 1)).squeeze(1)
+    def forward(self, g: dict[str, torch.Tensor], c: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = self.node(g["x"]) + self.opcode(g["opcode"])  # (n, H)
+        if self.config is not None:  # one copy of the graph per config, its layouts on the configurable nodes
+            h = h.expand(len(c["cfg"]), -1, -1).clone()  # (k, n, H)
+            h[:, g["pos"]] += self.config(c["cfg"])
+        else:  # tile: the graph is the same for every config; the config joins at the head
+            h = h[None]  # (1, n, H)
+        h = gelu(h)
+        src, dst = g["src"], g["dst"]
+        for conv in self.convs:
+            producers = torch.zeros_like(h).index_add_(1, src, h[:, dst]) / g["deg_in"]  # mean over operands
+            consumers = torch.zeros_like(h).index_add_(1, dst, h[:, src]) / g["deg_out"]  # mean over users
+            h = h + gelu(conv["self"](h) + conv["inp"](producers) + conv["out"](consumers))
+        return self.score(gelu(self.pool(h.mean(1)) + self.extra(c["extra"]))).squeeze(1)  # (k,)
 
 
-def hinge_loss(scores: torch.Tensor, runtime: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
+def hinge_loss(scores: torch.Tensor, runtime: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
     """Mean over pairs (i, j) with runtime[i] > runtime[j] of max(0, margin − (s_i − s_j))."""
     slower = runtime[:, None] > runtime[None, :]
     gaps = torch.relu(margin - (scores[:, None] - scores[None, :]))
     return (gaps * slower).sum() / slower.sum().clamp(min=1)
 
 
-def structure_tensors(g: tpuprep.GraphRecord) -> dict[str, torch.Tensor]:
-    out = {"node_feat": torch.from_numpy(g.node_feat.copy()), "node_opcode": torch.from_numpy(g.node_opcode.copy()),
-           "edge_index": torch.from_numpy(g.edge_index.copy())}
-    if g.node_config_ids is not None:
-        out["node_config_ids"] = torch.from_numpy(g.node_config_ids.copy())
-    return out
+def lr_factor(progress: float, warmup: float = 0.05, final: float = 0.05) -> float:
+    """Learning-rate multiplier at ``progress`` (0..1 of the budget): linear warm-up, then cosine to ``final``."""
+    if progress < warmup:
+        return max(progress / warmup, 0.01)
+    return final + (1 - final) * 0.5 * (1 + math.cos(math.pi * min(1.0, (progress - warmup) / (1 - warmup))))
 
 
-def model_scorer(model: SageRanker, chunk: int = 128) -> Callable:
+def model_scorer(model: SageRanker, inputs: GraphInputs, chunk: int = 128) -> Callable:
     """``score(structure, block) -> (len(block.rows),) float64``: the model's scores, ``chunk`` configs at a time."""
 
     @torch.no_grad()
     def score(g: tpuprep.GraphRecord, block: tpuprep.ConfigSample) -> np.ndarray:
-        base = structure_tensors(g)
-        cfg = block.node_config_feat if block.node_config_feat is not None else block.config_feat
-        key = "node_config_feat" if block.node_config_feat is not None else "config_feat"
-        parts = [model({**base, key: torch.from_numpy(cfg[i:i + chunk])}) for i in range(0, len(cfg), chunk)]
+        values = block.node_config_feat if block.node_config_feat is not None else block.config_feat
+        parts = [model(inputs.graph(g.graph_id), inputs.configs(g.graph_id, values[i:i + chunk]))
+                 for i in range(0, len(values), chunk)]
         return torch.cat(parts).double().numpy()
 
     return score
@@ -126,38 +169,39 @@ def valid_tau(ds: tpuprep.Dataset, collection: str, score: Callable, split: str 
     return taus
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shards", required=True)
-    parser.add_argument("--collection", required=True, help="e.g. layout:xla:random or tile:xla")
-    parser.add_argument("--time-budget", type=float, default=120.0, help="seconds of training (default 120)")
-    parser.add_argument("--k", type=int, default=32, help="configs per batch (one graph each)")
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
-    ds = tpuprep.open_dataset(args.shards)
-    mean, std = ds.normalizer(args.collection)
-    model = SageRanker(mean, std, args.collection.startswith("layout"))
-    optim = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
-    batches = tpuprep.ConfigBatches(ds, args.collection, split="train", k=args.k, strategy="uniform",
-                                    seed=args.seed, batches_per_graph="sqrt")
-    dataset = ConfigBatchDataset(batches)
-    loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
+def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64, lr: float = 2e-3,
+          workers: int = 0, seed: int = 0, max_epochs: int | None = None) -> tuple[SageRanker, GraphInputs]:
+    """Train on the ``train`` split for ``time_budget`` seconds (or ``max_epochs`` epochs, if sooner)."""
+    torch.manual_seed(seed)
+    inputs = GraphInputs(ds, collection)
+    model = SageRanker(inputs.kind == "layout")
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    dataset = ConfigBatchDataset(tpuprep.ConfigBatches(ds, collection, split="train", k=k, strategy="uniform",
+                                                       seed=seed))
+    loader = DataLoader(dataset, batch_size=None, num_workers=workers)
     started, epoch, steps, configs, shown = time.monotonic(), 0, 0, 0, 0.0
-    while time.monotonic() - started < args.time_budget:
+    while time.monotonic() - started < time_budget and epoch != max_epochs:
         dataset.set_epoch(epoch)
         total = 0.0
-        for item in loader:
-            if len(item["config_runtime"]) < 2:
+        for i, item in enumerate(loader):
+            target = item["config_runtime"].double()
+            if "config_runtime_normalizers" in item:  # tile: rank runtime / normalizer
+                target = target / item["config_runtime_normalizers"].double()
+            if len(target) < 2:
                 continue
-            loss = hinge_loss(model(item), item["config_runtime"])
+            values = item["node_config_feat" if inputs.kind == "layout" else "config_feat"].numpy()
+            loss = hinge_loss(model(inputs.graph(item["graph_id"]), inputs.configs(item["graph_id"], values)), target)
+            progress = (time.monotonic() - started) / time_budget  # of the time, or of the epochs if sooner
+            if max_epochs:
+                progress = max(progress, (epoch + i / len(dataset)) / max_epochs)
+            for group in optim.param_groups:
+                group["lr"] = lr * lr_factor(progress)
             optim.zero_grad()
             loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optim.step()
-            steps, configs, total = steps + 1, configs + len(item["config_runtime"]), total + loss.item()
-            if time.monotonic() - started >= args.time_budget:
+            steps, configs, total = steps + 1, configs + len(target), total + loss.item()
+            if time.monotonic() - started >= time_budget:
                 break
         if time.monotonic() - shown >= 10:  # a progress line at most every 10 s
             print(f"epoch {epoch}: mean loss {total / max(len(dataset), 1):.4f}", flush=True)
@@ -166,8 +210,23 @@ def main() -> None:
     seconds = time.monotonic() - started
     print(f"trained {epoch} epochs, {steps} steps, {configs} configs in {seconds:.1f} s "
           f"({configs / seconds:.0f} configs/s)")
-    model.eval()
-    taus = valid_tau(ds, args.collection, model_scorer(model))
+    return model.eval(), inputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", required=True)
+    parser.add_argument("--collection", required=True, help="e.g. layout:xla:random or tile:xla")
+    parser.add_argument("--time-budget", type=float, default=120.0, help="seconds of training (default 120)")
+    parser.add_argument("--k", type=int, default=64, help="configs per batch (one graph each)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ds = tpuprep.open_dataset(args.shards)
+    model, inputs = train(ds, args.collection, args.time_budget, args.k, args.lr, args.workers, args.seed)
+    taus = valid_tau(ds, args.collection, model_scorer(model, inputs))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     defined = [t for t in taus if not np.isnan(t)]  # tau is undefined on a graph with < 2 distinct runtimes
     print(f"valid: {len(taus)} graphs ({len(taus) - len(defined)} without a defined tau), tau per graph "
