@@ -47,13 +47,13 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.archive import is_archive_name
-from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
+from .io.files import looks_like_url, sha256_stream, write_json_atomic
 from .io.storage import Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
-from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
+from .shards.manifest import build_manifest, write_manifest
 from .shards.schema import SCHEMA_VERSION
 from .shards.stamp import part_id
 from .shards.writer import (
@@ -633,23 +633,19 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
         notify("merged", {})
     shards.sort(key=lambda s: s["path"])
     manifest = build_manifest(opts, all_records, shards)
-    _publish(dst, manifest, lock)
+    _publish(dst if remote else resolve(dst), manifest, lock)
     _remove_own(dst, (STAGING,))
     return BuildReport(manifest, all_records, reused=frozenset(reused))
 
 
-def _publish(dst: Path | Store, manifest: dict, lock: StoreLock | None) -> None:
-    """Write the quarantine list, the card and, last, the manifest."""
-    from .shards.card import write_card, write_card_to_store
+def _publish(dst: Store, manifest: dict, lock: StoreLock | None) -> None:
+    """Write the quarantine list, the card and, last, the manifest (``lock``: an object store's lock,
+    checked just before the manifest goes out)."""
+    from .shards.card import write_card
 
     quarantine = "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"])
-    if not isinstance(dst, Store):
-        write_text_atomic(dst / QUARANTINE, quarantine)
-        write_card(dst, manifest)
-        write_manifest(dst, manifest)
-        return
     dst.write_bytes(QUARANTINE, quarantine.encode())
-    write_card_to_store(dst, manifest)
+    write_card(dst, manifest)
     if lock is not None:
         lock.check()
-    write_manifest_to_store(dst, manifest)
+    write_manifest(dst, manifest)
