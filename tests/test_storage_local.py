@@ -5,6 +5,7 @@ renames, hard links, no link followed)."""
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 
 import pytest
@@ -99,3 +100,46 @@ def test_a_local_store_follows_no_link_and_prunes_empty_folders(tmp_path):
     store.remove(["a/b/c.bin", "keep/k.bin", "missing.bin"])  # a missing file is no error
     assert not os.path.exists(store.path("a"))  # emptied folders go, up to the root
     assert os.path.isdir(store.path("keep")) and os.path.isdir(store.root)  # non-empty ones stay
+
+
+# ------------------------------------------------------------------ the build's steps on one Store
+
+
+@pytest.fixture(scope="module")
+def tiny_layout(tmp_path_factory):
+    from tpuprep.synth import synthesize
+
+    root = tmp_path_factory.mktemp("local-store-src")
+    synthesize(root, "tiny", 0, collections=["layout:xla:random"])
+    return root / "npz"
+
+
+def _staged_and_merged(src, dst: Store) -> tuple[dict[str, bytes], dict]:
+    """process_batch then merge_task, as a build's tasks run them, into ``dst``: (every file's
+    bytes, the first batch's parts)."""
+    from tpuprep.build import merge_task, plan_batches, process_batch
+    from tpuprep.inputs import discover
+    from tpuprep.options import BuildOptions
+
+    opts = BuildOptions()
+    inputs, _ = discover(src, ["layout:xla:random"], ["train"])
+    staging = dst.child(".tpuprep")
+    done = [process_batch(batch, opts, staging) for batch in plan_batches(inputs)]
+    parts = sorted((d["parts"] for d in done if d["parts"]), key=lambda p: p["graph_ids"][0])
+    merge_task("layout", "layout:xla:random", "train", parts, staging, dst, opts)
+    return {rel: dst.read_bytes(rel) for rel in dst.listing()}, parts[0]
+
+
+def test_build_steps_write_the_same_bytes_locally_and_to_a_store(tiny_layout, tmp_path, monkeypatch):
+    local = resolve(tmp_path / "shards")
+    remote = resolve(f"memory://k-{uuid.uuid4().hex}/shards")
+    with monkeypatch.context() as m:  # locally every file is written in place: nothing goes through $TMPDIR
+        m.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+        local_files, first = _staged_and_merged(tiny_layout, local)
+    assert any("/configs/" in rel for rel in local_files) and any("/graphs/" in rel for rel in local_files)
+    assert _staged_and_merged(tiny_layout, remote)[0] == local_files
+    assert not [n for _, _, files in os.walk(local.root) for n in files if ".tmp" in n]  # no temporaries
+    # locally a configs shard is its staged part, hard-linked (no copy, no re-encoding)
+    part = os.stat(local.child(".tpuprep").path(first["configs"]))
+    shard = os.stat(local.path(next(r for r in local_files if "/configs/train-00000-of-" in r)))
+    assert (part.st_dev, part.st_ino) == (shard.st_dev, shard.st_ino)

@@ -47,7 +47,7 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.archive import is_archive_name
-from .io.files import looks_like_url, sha256_stream, write_json_atomic
+from .io.files import looks_like_url, sha256_stream
 from .io.storage import Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
@@ -56,13 +56,7 @@ from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_rel
 from .shards.manifest import build_manifest, write_manifest
 from .shards.schema import SCHEMA_VERSION
 from .shards.stamp import part_id
-from .shards.writer import (
-    PartFiles,
-    merge_parts,
-    merge_parts_to_store,
-    write_parts,
-    write_parts_to_store,
-)
+from .shards.writer import PartFiles, merge_parts, write_parts
 from .tpugraphs import SPLITS, selected
 
 Progress = Callable[[str, dict], None]
@@ -122,10 +116,6 @@ def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
     return batches
 
 
-def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
-    return staging / sidecar_relpath(batch[0].relpath)
-
-
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
     """What must be unchanged for a finished batch to be reused by --resume: the schema version its
     parts were written in, the options and each file's relpath, size and mtime (or remote version) —
@@ -172,11 +162,9 @@ def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGra
     return record, g, stamp
 
 
-def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Store) -> dict:
-    """The per-task work: convert each file, write the batch's parts and sidecar.
-
-    ``staging``: the local staging folder, or the staging ``Store`` of an object-store destination
-    (the task uploads its parts and sidecar there itself, the sidecar last).
+def process_batch(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dict:
+    """The per-task work: convert each file, write the batch's parts and, last, its sidecar into the
+    ``staging`` store (a local folder or an object-store prefix: the task writes there itself).
     Returns a small dict (no arrays): {"fingerprint", "records": per-file records, "parts": PartFiles
     as a dict or None when no file of the batch converted}.
     """
@@ -191,20 +179,14 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Sto
     parts = None
     if graphs:
         name = part_name(batch[0].relpath)  # bounded, whatever the length of the input's name
-        write = write_parts_to_store if isinstance(staging, Store) else write_parts
-        staging_at = staging if isinstance(staging, Store) else Path(staging)
         pid = part_id(opts.to_dict(), [(g.inp.relpath, g.inp.size, g.sha256) for g in graphs])
-        parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level, part_id=pid).__dict__
+        parts = write_parts(graphs, staging, name, opts.row_group_bytes, opts.compression_level,
+                            part_id=pid).__dict__
         checkpoint("part")
     done = {"fingerprint": fingerprint, "records": records, "parts": parts}
-    if isinstance(staging, Store):
-        text = json.dumps(done, indent=None, sort_keys=False, allow_nan=False) + "\n"
-        staging.write_bytes(sidecar_relpath(batch[0].relpath), text.encode())
-        return done
-    staging_path = Path(staging)
-    sidecar = _sidecar(staging_path, batch)
-    sidecar.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(sidecar, done, durable=False, indent=None)
+    # not fsynced: after a power loss an unreadable sidecar only means the batch is converted again
+    text = json.dumps(done, indent=None, sort_keys=False, allow_nan=False) + "\n"
+    staging.write_bytes(sidecar_relpath(batch[0].relpath), text.encode())
     return done
 
 
@@ -223,17 +205,11 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
             "parts": None}
 
 
-def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,
-               dst: str | Store, opts: BuildOptions) -> list[dict]:
-    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order); on an
-    object store ``staging`` and ``dst`` are ``Store``s."""
-    if isinstance(dst, Store):
-        infos = merge_parts_to_store(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
-                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
-        return [i.__dict__ for i in infos]
-    infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
-                        Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
-                        compression_level=opts.compression_level)
+def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: Store, dst: Store,
+               opts: BuildOptions) -> list[dict]:
+    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order)."""
+    infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
+                        shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
     return [i.__dict__ for i in infos]
 
 
@@ -374,49 +350,44 @@ def _check_contents(dst: Path | str, contents: Contents, manifest_held: set[tupl
     return contents
 
 
-def _prepare_destination(dst: Path | Store, contents: Contents, resume: bool, overwrite: bool) -> None:
+def _prepare_destination(dst: Store, contents: Contents, resume: bool, overwrite: bool) -> None:
     """Delete what a build replaces: with --overwrite everything tpuprep wrote, with --resume the
     manifest, card and quarantine list (shards go just before the merge, staged parts are reused)."""
-    if isinstance(dst, Store):  # the manifest first: a reader never sees it above changing shards
+    if not dst.is_local:  # the manifest first: a reader never sees it above changing shards
         dst.remove([f for f in contents.files if f == MANIFEST])
         dst.remove([f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)])
     elif overwrite:
-        destination.remove(dst, contents.files, contents.dirs)
+        destination.remove(Path(dst.root), contents.files, contents.dirs)
     elif resume:
-        destination.remove(dst, [f for f in contents.files if "/" not in f], [])
+        destination.remove(Path(dst.root), [f for f in contents.files if "/" not in f], [])
 
 
-def _remove_own(dst: Path | Store, under: tuple[str, ...]) -> None:
+def _remove_own(dst: Store, under: tuple[str, ...]) -> None:
     """Delete what tpuprep wrote under these top-level folders of ``dst`` (nothing else)."""
-    if isinstance(dst, Store):
+    if not dst.is_local:
         dst.remove([f for f in destination.scan_store(dst).files if f.split("/", 1)[0] in under])
         return
-    contents = destination.scan(dst)
-    destination.remove(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
+    contents = destination.scan(Path(dst.root))
+    destination.remove(Path(dst.root), [f for f in contents.files if f.split("/", 1)[0] in under],
                        [d for d in contents.dirs if d.split("/", 1)[0] in under])
 
 
-def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path | Store) -> dict | None:
+def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dict | None:
     """The finished result of this exact batch from an interrupted build, if its parts are intact."""
-    remote = isinstance(staging, Store)
     try:
-        if remote:
-            done = json.loads(staging.read_bytes(sidecar_relpath(batch[0].relpath)))
-        else:
-            done = json.loads(_sidecar(staging, batch).read_text())
+        done = json.loads(staging.read_bytes(sidecar_relpath(batch[0].relpath)))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
         return None
     except OSError:
-        if remote:
+        if not staging.is_local:
             raise  # a refused request is an error, not an unfinished batch
-        return None
+        return None  # e.g. a link where the sidecar should be: not a finished batch
     if not isinstance(done, dict) or done.get("fingerprint") != _fingerprint(batch, opts):
         return None
     parts = done.get("parts")
-    exists = staging.exists if remote else (lambda rel: (staging / rel).exists())
-    if parts and not all(exists(parts[k]) for k in ("graphs", "configs")):
+    if parts and not all(staging.exists(parts[k]) for k in ("graphs", "configs")):
         return None
     return done
 
@@ -513,8 +484,9 @@ def build(
     dst.mkdir(parents=True, exist_ok=True)
     with DestinationLock.acquire(dst):
         contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
-        _prepare_destination(dst, contents, resume, overwrite)
-        return dataclasses.replace(_build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify),
+        local = resolve(dst)  # a Store of the checked folder: the steps below are the same for both
+        _prepare_destination(local, contents, resume, overwrite)
+        return dataclasses.replace(_build_locked(src, local, opts, inputs, refused_records, runner, resume, notify),
                                    skipped=skipped)
 
 
@@ -571,19 +543,15 @@ def _build_to_store(plan: _Plan, store: Store, collections: list[str] | None, sp
                                  resume, plan.notify, lock)
 
 
-def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list[InputFile],
+def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputFile],
                   refused_records: list[dict], runner, resume: bool, notify: Progress,
                   lock: StoreLock | None = None) -> BuildReport:
     """The build proper, with ``dst`` locked and prepared (``lock``: an object store's lock)."""
     from .runners.local import SerialRunner
 
     notify("discovered", {"inputs": inputs, "refused": refused_records})
-    remote = isinstance(dst, Store)
-    if remote:
-        staging = dst.child(STAGING)
-    else:
-        staging = dst / STAGING
-        staging.mkdir(exist_ok=True)
+    staging = dst.child(STAGING)
+    staging.makedirs()  # locally: a folder the workers must see
     runner = runner or SerialRunner()
 
     results: list[dict] = []
@@ -602,9 +570,8 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        reads = tuple(filter(None, [batch[0].local_file]))  # workers must see these
-        paths = reads if remote else (*reads, staging)
-        return runner.submit(process_batch, batch, opts, staging if remote else str(staging), paths=paths,
+        paths = tuple(filter(None, [batch[0].local_file, staging.local_root]))  # workers must see these
+        return runner.submit(process_batch, batch, opts, staging, paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 
     # The serial runner runs a task when it is submitted: take each result as it comes, so that
@@ -622,10 +589,9 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
         first = next(r for r in done["records"] if r["status"] == "ok")
         groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
     _remove_own(dst, ("layout", "tile"))  # shards of an interrupted build: this one writes them anew
-    where = (staging, dst) if remote else (str(staging), str(dst))
     records = [r for d in results for r in d["records"]]
     all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
-    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts)
+    merges = [runner.submit(merge_task, kind, coll, split, parts, staging, dst, opts)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
     for fut in runner.as_completed(merges):
@@ -633,7 +599,7 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
         notify("merged", {})
     shards.sort(key=lambda s: s["path"])
     manifest = build_manifest(opts, all_records, shards)
-    _publish(dst if remote else resolve(dst), manifest, lock)
+    _publish(dst, manifest, lock)
     _remove_own(dst, (STAGING,))
     return BuildReport(manifest, all_records, reused=frozenset(reused))
 

@@ -22,7 +22,8 @@ import os
 import posixpath
 import re
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,6 +219,46 @@ class Store:
         for parent in sorted(parents, key=lambda p: -p.count("/")):  # deepest first
             with contextlib.suppress(OSError):  # not empty, or gone
                 os.rmdir(self.path(parent))
+
+    def makedirs(self) -> None:
+        """Create the root folder (and its parents) locally; nothing in an object store (no folders)."""
+        if self.is_local:
+            os.makedirs(self.root, exist_ok=True)
+
+    @contextlib.contextmanager
+    def writing(self, rel: str) -> Iterator[Path]:
+        """Yield a local path to write the file ``rel`` at; it becomes ``rel`` when the block ends
+        without error (locally a temporary beside it, renamed over it; remotely a file in a local
+        temporary folder, then uploaded whole), else it is removed. For writers that need a path
+        (``pq.ParquetWriter``, Arrow IPC): the bytes are the same on every backend."""
+        if self.is_local:
+            path = Path(self.path(rel))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp:
+                yield tmp
+            return
+        with tempfile.TemporaryDirectory(prefix="tpuprep-write-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            yield local
+            self.put_file(local, rel)
+
+    @contextlib.contextmanager
+    def reading(self, rel: str) -> Iterator[Path]:
+        """Yield a local path holding the file ``rel`` for the block (locally the file itself;
+        remotely a download into a temporary folder, removed afterwards)."""
+        if self.is_local:
+            yield Path(self.path(rel))
+            return
+        with tempfile.TemporaryDirectory(prefix="tpuprep-read-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            self.get_file(rel, local)
+            yield local
+
+    @property
+    def local_root(self) -> str | None:
+        """The root folder when it is on this machine's filesystem (worker processes must see it too),
+        else None."""
+        return self.root if self.is_local else None
 
     def check_reachable(self) -> None:
         """Raise ``FileNotFoundError`` / ``PermissionError`` when the root's bucket (its first path
