@@ -574,11 +574,9 @@ def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputF
         return runner.submit(process_batch, batch, opts, staging, paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 
-    # The serial runner runs a task when it is submitted: take each result as it comes, so that
-    # progress moves file by file instead of jumping from 0 to all at the end.
-    finished = (map(submit, pending) if getattr(runner, "name", None) == "serial"
-                else runner.as_completed([submit(batch) for batch in pending]))
-    for fut in finished:
+    # Submitted as as_completed() takes them: a runner that runs a task when it is submitted (serial)
+    # then reports file by file, a pool or cluster takes them all at once and reports as they finish.
+    for fut in runner.as_completed(submit(batch) for batch in pending):
         done = fut.result()
         results.append(done)
         for record in done["records"]:
