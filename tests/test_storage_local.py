@@ -143,3 +143,27 @@ def test_build_steps_write_the_same_bytes_locally_and_to_a_store(tiny_layout, tm
     part = os.stat(local.child(".tpuprep").path(first["configs"]))
     shard = os.stat(local.path(next(r for r in local_files if "/configs/train-00000-of-" in r)))
     assert (part.st_dev, part.st_ino) == (shard.st_dev, shard.st_ino)
+
+
+def test_overwrite_deletes_the_old_manifest_before_any_shard_locally_too(tiny_layout, tmp_path, monkeypatch):
+    """A reader of the folder never sees a manifest above shards being replaced: --overwrite deletes
+    manifest.json first, in a folder as in a bucket."""
+    from tpuprep.build import build
+
+    dst = tmp_path / "shards"
+    build(tiny_layout, dst, collections=["layout:xla:random"], splits=["train"])
+    before = {p.relative_to(dst).as_posix(): p.read_bytes() for p in dst.rglob("*") if p.is_file()}
+    deleted: list[str] = []
+    real = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        deleted.append(os.path.relpath(path, dst))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    build(tiny_layout, dst, collections=["layout:xla:random"], splits=["train"], overwrite=True)
+    monkeypatch.undo()
+    shards = [i for i, rel in enumerate(deleted) if rel.endswith(".parquet")]
+    assert shards and deleted.index("manifest.json") < min(shards)
+    after = {p.relative_to(dst).as_posix(): p.read_bytes() for p in dst.rglob("*") if p.is_file()}
+    assert after == before  # and the rebuilt folder is the same

@@ -353,23 +353,17 @@ def _check_contents(dst: Path | str, contents: Contents, manifest_held: set[tupl
 def _prepare_destination(dst: Store, contents: Contents, resume: bool, overwrite: bool) -> None:
     """Delete what a build replaces: with --overwrite everything tpuprep wrote, with --resume the
     manifest, card and quarantine list (shards go just before the merge, staged parts are reused)."""
-    if not dst.is_local:  # the manifest first: a reader never sees it above changing shards
-        dst.remove([f for f in contents.files if f == MANIFEST])
-        dst.remove([f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)])
-    elif overwrite:
-        destination.remove(Path(dst.root), contents.files, contents.dirs)
-    elif resume:
-        destination.remove(Path(dst.root), [f for f in contents.files if "/" not in f], [])
+    # the manifest first: a reader never sees it above changing shards
+    destination.clear(dst, [f for f in contents.files if f == MANIFEST])
+    destination.clear(dst, [f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)],
+                      contents.dirs if overwrite else [])
 
 
 def _remove_own(dst: Store, under: tuple[str, ...]) -> None:
     """Delete what tpuprep wrote under these top-level folders of ``dst`` (nothing else)."""
-    if not dst.is_local:
-        dst.remove([f for f in destination.scan_store(dst).files if f.split("/", 1)[0] in under])
-        return
-    contents = destination.scan(Path(dst.root))
-    destination.remove(Path(dst.root), [f for f in contents.files if f.split("/", 1)[0] in under],
-                       [d for d in contents.dirs if d.split("/", 1)[0] in under])
+    contents = destination.contents(dst)
+    destination.clear(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
+                      [d for d in contents.dirs if d.split("/", 1)[0] in under])
 
 
 def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dict | None:

@@ -197,6 +197,23 @@ def remove(dst: Path, files: list[str], dirs: list[str]) -> None:
                 raise
 
 
+def contents(dst: Store) -> Contents:
+    """What ``dst`` holds, sorted into tpuprep's own and foreign entries: ``scan`` of a local folder
+    (an absent one holds nothing), ``scan_store`` of an object store."""
+    if not dst.is_local:
+        return scan_store(dst)
+    return scan(Path(dst.root)) if os.path.isdir(dst.root) else Contents()
+
+
+def clear(dst: Store, files: list[str], dirs: list[str] = ()) -> None:
+    """Delete these files of ``dst`` (what ``contents`` listed as tpuprep's), then these folders if
+    they are empty (``remove``; an object store has no folders)."""
+    if dst.is_local:
+        remove(Path(dst.root), files, list(dirs))
+    else:
+        dst.remove(files)
+
+
 # ----------------------------------------------------------------------------------------- the lock
 
 
