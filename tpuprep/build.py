@@ -297,7 +297,7 @@ def _listing(items: Iterable, limit: int = 5) -> str:
     return ", ".join(str(i) for i in items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def inspect_destination(dst: Path | Store, resume: bool, overwrite: bool, collections: list[str] | None = None,
+def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: list[str] | None = None,
                         splits: list[str] | None = None, *, locked: bool = False) -> Contents:
     """Check, without changing anything, that a build may write ``dst``; return what it holds.
 
@@ -309,21 +309,13 @@ def inspect_destination(dst: Path | Store, resume: bool, overwrite: bool, collec
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    if isinstance(dst, Store):
-        dst.check_reachable()
-        if not locked:
-            destination.probe_store(dst)
-        contents = destination.scan_store(dst)
-        return _check_contents(dst.display, contents, destination.store_manifest_selection(dst), resume,
-                               overwrite, collections, splits)
-    if not dst.exists():
-        return Contents()
-    if not dst.is_dir():
-        raise UsageError(f"--dst {dst} exists and is not a folder")
+    if dst.is_local and os.path.lexists(dst.root) and not os.path.isdir(dst.root):
+        raise UsageError(f"--dst {dst.display} exists and is not a folder")
+    dst.check_reachable()
     if not locked:
-        destination.probe(dst)
-    contents = destination.scan(dst)
-    return _check_contents(dst, contents, destination.manifest_selection(dst) if resume else set(), resume,
+        destination.probe_lock(dst)
+    contents = destination.contents(dst)
+    return _check_contents(dst.display, contents, destination.selection(dst) if resume else set(), resume,
                            overwrite, collections, splits)
 
 
@@ -448,10 +440,9 @@ def build(
     store = None
     if str(dst) and looks_like_url(dst):
         store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
-        if store.is_local:  # file://
-            dst, store = store.root, None
-    if store is None:
-        src, dst = check_paths(src, dst)
+    if store is None or store.is_local:  # a folder (also file://): checked against --src, links resolved
+        src, dst_path = check_paths(src, store.root if store is not None else dst)
+        store = resolve(dst_path)
     else:
         src = check_source(src)
     check_selection(collections, splits)
@@ -468,26 +459,25 @@ def build(
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]
-    plan = _Plan(src, opts, inputs, refused_records, runner, notify)
-    if store is not None:
-        return dataclasses.replace(_build_to_store(plan, store, collections, splits, resume=resume,
-                                                   overwrite=overwrite, dry_run=dry_run), skipped=skipped)
-    inspect_destination(dst, resume, overwrite, collections, splits)
-    if dry_run:
-        return dataclasses.replace(plan.dry_run(), skipped=skipped)
-    dst.mkdir(parents=True, exist_ok=True)
-    with DestinationLock.acquire(dst):
-        contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
-        local = resolve(dst)  # a Store of the checked folder: the steps below are the same for both
-        _prepare_destination(local, contents, resume, overwrite)
-        return dataclasses.replace(_build_locked(src, local, opts, inputs, refused_records, runner, resume, notify),
-                                   skipped=skipped)
+    with store_errors(store):
+        inspect_destination(store, resume, overwrite, collections, splits)
+        if dry_run:
+            return dataclasses.replace(_dry_run(inputs, refused_records, notify), skipped=skipped)
+        with destination.lock(store) as lock:
+            contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
+            _prepare_destination(store, contents, resume, overwrite)
+            report = _build_locked(src, store, opts, inputs, refused_records, runner, resume, notify, lock)
+    return dataclasses.replace(report, skipped=skipped)
 
 
 @contextlib.contextmanager
 def store_errors(store: Store) -> Iterator[None]:
-    """Turn a failed request to ``store`` (missing bucket, permission refused, network) into one
-    FatalError line naming the URL."""
+    """Turn a failed request to an object ``store`` (missing bucket, permission refused, network) into
+    one FatalError line naming the URL. Locally an ``OSError`` keeps its own line (the CLI's guard
+    names the file and the errno)."""
+    if store.is_local:
+        yield
+        return
     try:
         yield
     except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
@@ -507,40 +497,16 @@ def _store_problem(store: Store, exc: OSError) -> str:
     return f"the store cannot be reached ({text})"
 
 
-@dataclass
-class _Plan:
-    """What a build converts, decided before ``dst`` is touched."""
-
-    src: Path
-    opts: BuildOptions
-    inputs: list[InputFile]
-    refused_records: list[dict]
-    runner: object
-    notify: Progress
-
-    def dry_run(self) -> BuildReport:
-        self.notify("discovered", {"inputs": [], "refused": self.refused_records})
-        return BuildReport({"inputs": [i.relpath for i in self.inputs]}, self.refused_records, dry_run=True)
-
-
-def _build_to_store(plan: _Plan, store: Store, collections: list[str] | None, splits: list[str] | None, *,
-                    resume: bool, overwrite: bool, dry_run: bool) -> BuildReport:
-    """``build`` into an object store: the same checks, lock (``StoreLock``) and steps."""
-    with store_errors(store):
-        inspect_destination(store, resume, overwrite, collections, splits)
-        if dry_run:
-            return plan.dry_run()
-        with StoreLock.acquire(store) as lock:
-            contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
-            _prepare_destination(store, contents, resume, overwrite)
-            return _build_locked(plan.src, store, plan.opts, plan.inputs, plan.refused_records, plan.runner,
-                                 resume, plan.notify, lock)
+def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progress) -> BuildReport:
+    """What a dry run reports: the inputs it would convert and the refused entries."""
+    notify("discovered", {"inputs": [], "refused": refused_records})
+    return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
 
 
 def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputFile],
                   refused_records: list[dict], runner, resume: bool, notify: Progress,
-                  lock: StoreLock | None = None) -> BuildReport:
-    """The build proper, with ``dst`` locked and prepared (``lock``: an object store's lock)."""
+                  lock: DestinationLock | StoreLock | None = None) -> BuildReport:
+    """The build proper, with ``dst`` locked (``lock``, checked before publishing) and prepared."""
     from .runners.local import SerialRunner
 
     notify("discovered", {"inputs": inputs, "refused": refused_records})
@@ -596,9 +562,9 @@ def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputF
     return BuildReport(manifest, all_records, reused=frozenset(reused))
 
 
-def _publish(dst: Store, manifest: dict, lock: StoreLock | None) -> None:
-    """Write the quarantine list, the card and, last, the manifest (``lock``: an object store's lock,
-    checked just before the manifest goes out)."""
+def _publish(dst: Store, manifest: dict, lock: DestinationLock | StoreLock | None) -> None:
+    """Write the quarantine list, the card and, last, the manifest (``lock`` checked just before it
+    goes out: an object store's lock may have been taken over)."""
     from .shards.card import write_card
 
     quarantine = "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"])
