@@ -319,7 +319,7 @@ def test_dask_workers_write_their_parts_straight_to_the_bucket(bucket, s3_cluste
     def not_here(*args, **kwargs):
         raise AssertionError("the client wrote shard data")
 
-    for name in ("write_parts", "write_parts_to_store", "merge_parts", "merge_parts_to_store"):
+    for name in ("write_parts", "merge_parts"):
         monkeypatch.setattr(tpuprep.build, name, not_here)
     url = f"{bucket}/dask"
     runner = make_runner(scheduler=s3_cluster, timeout=START_TIMEOUT)

@@ -47,22 +47,16 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.archive import is_archive_name
-from .io.files import looks_like_url, sha256_stream, write_json_atomic, write_text_atomic
+from .io.files import looks_like_url, sha256_stream
 from .io.storage import Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
 from .shards.destination import Contents, DestinationLock, StoreLock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
-from .shards.manifest import build_manifest, write_manifest, write_manifest_to_store
+from .shards.manifest import build_manifest, write_manifest
 from .shards.schema import SCHEMA_VERSION
 from .shards.stamp import part_id
-from .shards.writer import (
-    PartFiles,
-    merge_parts,
-    merge_parts_to_store,
-    write_parts,
-    write_parts_to_store,
-)
+from .shards.writer import PartFiles, merge_parts, write_parts
 from .tpugraphs import SPLITS, selected
 
 Progress = Callable[[str, dict], None]
@@ -122,10 +116,6 @@ def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
     return batches
 
 
-def _sidecar(staging: Path, batch: list[InputFile]) -> Path:
-    return staging / sidecar_relpath(batch[0].relpath)
-
-
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
     """What must be unchanged for a finished batch to be reused by --resume: the schema version its
     parts were written in, the options and each file's relpath, size and mtime (or remote version) —
@@ -172,11 +162,9 @@ def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGra
     return record, g, stamp
 
 
-def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Store) -> dict:
-    """The per-task work: convert each file, write the batch's parts and sidecar.
-
-    ``staging``: the local staging folder, or the staging ``Store`` of an object-store destination
-    (the task uploads its parts and sidecar there itself, the sidecar last).
+def process_batch(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dict:
+    """The per-task work: convert each file, write the batch's parts and, last, its sidecar into the
+    ``staging`` store (a local folder or an object-store prefix: the task writes there itself).
     Returns a small dict (no arrays): {"fingerprint", "records": per-file records, "parts": PartFiles
     as a dict or None when no file of the batch converted}.
     """
@@ -191,20 +179,14 @@ def process_batch(batch: list[InputFile], opts: BuildOptions, staging: str | Sto
     parts = None
     if graphs:
         name = part_name(batch[0].relpath)  # bounded, whatever the length of the input's name
-        write = write_parts_to_store if isinstance(staging, Store) else write_parts
-        staging_at = staging if isinstance(staging, Store) else Path(staging)
         pid = part_id(opts.to_dict(), [(g.inp.relpath, g.inp.size, g.sha256) for g in graphs])
-        parts = write(graphs, staging_at, name, opts.row_group_bytes, opts.compression_level, part_id=pid).__dict__
+        parts = write_parts(graphs, staging, name, opts.row_group_bytes, opts.compression_level,
+                            part_id=pid).__dict__
         checkpoint("part")
     done = {"fingerprint": fingerprint, "records": records, "parts": parts}
-    if isinstance(staging, Store):
-        text = json.dumps(done, indent=None, sort_keys=False, allow_nan=False) + "\n"
-        staging.write_bytes(sidecar_relpath(batch[0].relpath), text.encode())
-        return done
-    staging_path = Path(staging)
-    sidecar = _sidecar(staging_path, batch)
-    sidecar.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(sidecar, done, durable=False, indent=None)
+    # not fsynced: after a power loss an unreadable sidecar only means the batch is converted again
+    text = json.dumps(done, indent=None, sort_keys=False, allow_nan=False) + "\n"
+    staging.write_bytes(sidecar_relpath(batch[0].relpath), text.encode())
     return done
 
 
@@ -223,17 +205,11 @@ def lost_batch_result(batch: list[InputFile], opts: BuildOptions, reason: str) -
             "parts": None}
 
 
-def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: str | Store,
-               dst: str | Store, opts: BuildOptions) -> list[dict]:
-    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order); on an
-    object store ``staging`` and ``dst`` are ``Store``s."""
-    if isinstance(dst, Store):
-        infos = merge_parts_to_store(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
-                                     shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
-        return [i.__dict__ for i in infos]
-    infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts],
-                        Path(staging), Path(dst), shard_bytes=opts.shard_bytes,
-                        compression_level=opts.compression_level)
+def merge_task(kind: str, collection: str, split: str, parts: list[dict], staging: Store, dst: Store,
+               opts: BuildOptions) -> list[dict]:
+    """Merge one (collection, split) from its parts (dicts of PartFiles, in graph-id order)."""
+    infos = merge_parts(kind, collection, split, [PartFiles(**p) for p in parts], staging, dst,
+                        shard_bytes=opts.shard_bytes, compression_level=opts.compression_level)
     return [i.__dict__ for i in infos]
 
 
@@ -321,7 +297,7 @@ def _listing(items: Iterable, limit: int = 5) -> str:
     return ", ".join(str(i) for i in items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def inspect_destination(dst: Path | Store, resume: bool, overwrite: bool, collections: list[str] | None = None,
+def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: list[str] | None = None,
                         splits: list[str] | None = None, *, locked: bool = False) -> Contents:
     """Check, without changing anything, that a build may write ``dst``; return what it holds.
 
@@ -333,21 +309,13 @@ def inspect_destination(dst: Path | Store, resume: bool, overwrite: bool, collec
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    if isinstance(dst, Store):
-        dst.check_reachable()
-        if not locked:
-            destination.probe_store(dst)
-        contents = destination.scan_store(dst)
-        return _check_contents(dst.display, contents, destination.store_manifest_selection(dst), resume,
-                               overwrite, collections, splits)
-    if not dst.exists():
-        return Contents()
-    if not dst.is_dir():
-        raise UsageError(f"--dst {dst} exists and is not a folder")
+    if dst.is_local and os.path.lexists(dst.root) and not os.path.isdir(dst.root):
+        raise UsageError(f"--dst {dst.display} exists and is not a folder")
+    dst.check_reachable()
     if not locked:
-        destination.probe(dst)
-    contents = destination.scan(dst)
-    return _check_contents(dst, contents, destination.manifest_selection(dst) if resume else set(), resume,
+        destination.probe_lock(dst)
+    contents = destination.contents(dst)
+    return _check_contents(dst.display, contents, destination.selection(dst) if resume else set(), resume,
                            overwrite, collections, splits)
 
 
@@ -374,49 +342,38 @@ def _check_contents(dst: Path | str, contents: Contents, manifest_held: set[tupl
     return contents
 
 
-def _prepare_destination(dst: Path | Store, contents: Contents, resume: bool, overwrite: bool) -> None:
+def _prepare_destination(dst: Store, contents: Contents, resume: bool, overwrite: bool) -> None:
     """Delete what a build replaces: with --overwrite everything tpuprep wrote, with --resume the
     manifest, card and quarantine list (shards go just before the merge, staged parts are reused)."""
-    if isinstance(dst, Store):  # the manifest first: a reader never sees it above changing shards
-        dst.remove([f for f in contents.files if f == MANIFEST])
-        dst.remove([f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)])
-    elif overwrite:
-        destination.remove(dst, contents.files, contents.dirs)
-    elif resume:
-        destination.remove(dst, [f for f in contents.files if "/" not in f], [])
+    # the manifest first: a reader never sees it above changing shards
+    destination.clear(dst, [f for f in contents.files if f == MANIFEST])
+    destination.clear(dst, [f for f in contents.files if f != MANIFEST and ("/" not in f or overwrite)],
+                      contents.dirs if overwrite else [])
 
 
-def _remove_own(dst: Path | Store, under: tuple[str, ...]) -> None:
+def _remove_own(dst: Store, under: tuple[str, ...]) -> None:
     """Delete what tpuprep wrote under these top-level folders of ``dst`` (nothing else)."""
-    if isinstance(dst, Store):
-        dst.remove([f for f in destination.scan_store(dst).files if f.split("/", 1)[0] in under])
-        return
-    contents = destination.scan(dst)
-    destination.remove(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
-                       [d for d in contents.dirs if d.split("/", 1)[0] in under])
+    contents = destination.contents(dst)
+    destination.clear(dst, [f for f in contents.files if f.split("/", 1)[0] in under],
+                      [d for d in contents.dirs if d.split("/", 1)[0] in under])
 
 
-def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Path | Store) -> dict | None:
+def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dict | None:
     """The finished result of this exact batch from an interrupted build, if its parts are intact."""
-    remote = isinstance(staging, Store)
     try:
-        if remote:
-            done = json.loads(staging.read_bytes(sidecar_relpath(batch[0].relpath)))
-        else:
-            done = json.loads(_sidecar(staging, batch).read_text())
+        done = json.loads(staging.read_bytes(sidecar_relpath(batch[0].relpath)))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
         return None
     except OSError:
-        if remote:
+        if not staging.is_local:
             raise  # a refused request is an error, not an unfinished batch
-        return None
+        return None  # e.g. a link where the sidecar should be: not a finished batch
     if not isinstance(done, dict) or done.get("fingerprint") != _fingerprint(batch, opts):
         return None
     parts = done.get("parts")
-    exists = staging.exists if remote else (lambda rel: (staging / rel).exists())
-    if parts and not all(exists(parts[k]) for k in ("graphs", "configs")):
+    if parts and not all(staging.exists(parts[k]) for k in ("graphs", "configs")):
         return None
     return done
 
@@ -483,10 +440,9 @@ def build(
     store = None
     if str(dst) and looks_like_url(dst):
         store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
-        if store.is_local:  # file://
-            dst, store = store.root, None
-    if store is None:
-        src, dst = check_paths(src, dst)
+    if store is None or store.is_local:  # a folder (also file://): checked against --src, links resolved
+        src, dst_path = check_paths(src, store.root if store is not None else dst)
+        store = resolve(dst_path)
     else:
         src = check_source(src)
     check_selection(collections, splits)
@@ -503,25 +459,25 @@ def build(
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]
-    plan = _Plan(src, opts, inputs, refused_records, runner, notify)
-    if store is not None:
-        return dataclasses.replace(_build_to_store(plan, store, collections, splits, resume=resume,
-                                                   overwrite=overwrite, dry_run=dry_run), skipped=skipped)
-    inspect_destination(dst, resume, overwrite, collections, splits)
-    if dry_run:
-        return dataclasses.replace(plan.dry_run(), skipped=skipped)
-    dst.mkdir(parents=True, exist_ok=True)
-    with DestinationLock.acquire(dst):
-        contents = inspect_destination(dst, resume, overwrite, collections, splits, locked=True)
-        _prepare_destination(dst, contents, resume, overwrite)
-        return dataclasses.replace(_build_locked(src, dst, opts, inputs, refused_records, runner, resume, notify),
-                                   skipped=skipped)
+    with store_errors(store):
+        inspect_destination(store, resume, overwrite, collections, splits)
+        if dry_run:
+            return dataclasses.replace(_dry_run(inputs, refused_records, notify), skipped=skipped)
+        with destination.lock(store) as lock:
+            contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
+            _prepare_destination(store, contents, resume, overwrite)
+            report = _build_locked(src, store, opts, inputs, refused_records, runner, resume, notify, lock)
+    return dataclasses.replace(report, skipped=skipped)
 
 
 @contextlib.contextmanager
 def store_errors(store: Store) -> Iterator[None]:
-    """Turn a failed request to ``store`` (missing bucket, permission refused, network) into one
-    FatalError line naming the URL."""
+    """Turn a failed request to an object ``store`` (missing bucket, permission refused, network) into
+    one FatalError line naming the URL. Locally an ``OSError`` keeps its own line (the CLI's guard
+    names the file and the errno)."""
+    if store.is_local:
+        yield
+        return
     try:
         yield
     except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
@@ -541,49 +497,21 @@ def _store_problem(store: Store, exc: OSError) -> str:
     return f"the store cannot be reached ({text})"
 
 
-@dataclass
-class _Plan:
-    """What a build converts, decided before ``dst`` is touched."""
-
-    src: Path
-    opts: BuildOptions
-    inputs: list[InputFile]
-    refused_records: list[dict]
-    runner: object
-    notify: Progress
-
-    def dry_run(self) -> BuildReport:
-        self.notify("discovered", {"inputs": [], "refused": self.refused_records})
-        return BuildReport({"inputs": [i.relpath for i in self.inputs]}, self.refused_records, dry_run=True)
+def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progress) -> BuildReport:
+    """What a dry run reports: the inputs it would convert and the refused entries."""
+    notify("discovered", {"inputs": [], "refused": refused_records})
+    return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
 
 
-def _build_to_store(plan: _Plan, store: Store, collections: list[str] | None, splits: list[str] | None, *,
-                    resume: bool, overwrite: bool, dry_run: bool) -> BuildReport:
-    """``build`` into an object store: the same checks, lock (``StoreLock``) and steps."""
-    with store_errors(store):
-        inspect_destination(store, resume, overwrite, collections, splits)
-        if dry_run:
-            return plan.dry_run()
-        with StoreLock.acquire(store) as lock:
-            contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
-            _prepare_destination(store, contents, resume, overwrite)
-            return _build_locked(plan.src, store, plan.opts, plan.inputs, plan.refused_records, plan.runner,
-                                 resume, plan.notify, lock)
-
-
-def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list[InputFile],
+def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputFile],
                   refused_records: list[dict], runner, resume: bool, notify: Progress,
-                  lock: StoreLock | None = None) -> BuildReport:
-    """The build proper, with ``dst`` locked and prepared (``lock``: an object store's lock)."""
+                  lock: DestinationLock | StoreLock | None = None) -> BuildReport:
+    """The build proper, with ``dst`` locked (``lock``, checked before publishing) and prepared."""
     from .runners.local import SerialRunner
 
     notify("discovered", {"inputs": inputs, "refused": refused_records})
-    remote = isinstance(dst, Store)
-    if remote:
-        staging = dst.child(STAGING)
-    else:
-        staging = dst / STAGING
-        staging.mkdir(exist_ok=True)
+    staging = dst.child(STAGING)
+    staging.makedirs()  # locally: a folder the workers must see
     runner = runner or SerialRunner()
 
     results: list[dict] = []
@@ -602,16 +530,13 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        reads = tuple(filter(None, [batch[0].local_file]))  # workers must see these
-        paths = reads if remote else (*reads, staging)
-        return runner.submit(process_batch, batch, opts, staging if remote else str(staging), paths=paths,
+        paths = tuple(filter(None, [batch[0].local_file, staging.local_root]))  # workers must see these
+        return runner.submit(process_batch, batch, opts, staging, paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 
-    # The serial runner runs a task when it is submitted: take each result as it comes, so that
-    # progress moves file by file instead of jumping from 0 to all at the end.
-    finished = (map(submit, pending) if getattr(runner, "name", None) == "serial"
-                else runner.as_completed([submit(batch) for batch in pending]))
-    for fut in finished:
+    # Submitted as as_completed() takes them: a runner that runs a task when it is submitted (serial)
+    # then reports file by file, a pool or cluster takes them all at once and reports as they finish.
+    for fut in runner.as_completed(submit(batch) for batch in pending):
         done = fut.result()
         results.append(done)
         for record in done["records"]:
@@ -622,10 +547,9 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
         first = next(r for r in done["records"] if r["status"] == "ok")
         groups.setdefault((first["kind"], first["collection"], first["split"]), []).append(done["parts"])
     _remove_own(dst, ("layout", "tile"))  # shards of an interrupted build: this one writes them anew
-    where = (staging, dst) if remote else (str(staging), str(dst))
     records = [r for d in results for r in d["records"]]
     all_records = sorted([*records, *refused_records], key=lambda r: r["path"])
-    merges = [runner.submit(merge_task, kind, coll, split, parts, *where, opts)
+    merges = [runner.submit(merge_task, kind, coll, split, parts, staging, dst, opts)
               for (kind, coll, split), parts in sorted(groups.items())]
     shards: list[dict] = []
     for fut in runner.as_completed(merges):
@@ -638,18 +562,14 @@ def _build_locked(src: Path, dst: Path | Store, opts: BuildOptions, inputs: list
     return BuildReport(manifest, all_records, reused=frozenset(reused))
 
 
-def _publish(dst: Path | Store, manifest: dict, lock: StoreLock | None) -> None:
-    """Write the quarantine list, the card and, last, the manifest."""
-    from .shards.card import write_card, write_card_to_store
+def _publish(dst: Store, manifest: dict, lock: DestinationLock | StoreLock | None) -> None:
+    """Write the quarantine list, the card and, last, the manifest (``lock`` checked just before it
+    goes out: an object store's lock may have been taken over)."""
+    from .shards.card import write_card
 
     quarantine = "".join(json.dumps(q, sort_keys=True) + "\n" for q in manifest["quarantine"])
-    if not isinstance(dst, Store):
-        write_text_atomic(dst / QUARANTINE, quarantine)
-        write_card(dst, manifest)
-        write_manifest(dst, manifest)
-        return
     dst.write_bytes(QUARANTINE, quarantine.encode())
-    write_card_to_store(dst, manifest)
+    write_card(dst, manifest)
     if lock is not None:
         lock.check()
-    write_manifest_to_store(dst, manifest)
+    write_manifest(dst, manifest)

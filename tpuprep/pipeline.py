@@ -420,27 +420,30 @@ def _url(value: str | Path) -> str:
     return text if "://" in text else text.replace(":/", "://", 1)
 
 
-def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False):
-    """The runner for a run's cluster settings (see ``ClusterSpec``); ``quiet`` silences Dask's own
-    logging (``dask_cluster.quiet_dask_logs``), as ``tpuprep run`` does."""
+def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False, converter: bool = False):
+    """The runner for a run's cluster settings (see ``ClusterSpec``), from ``runners.make_runner``
+    as ``tpuprep build`` makes its own; ``quiet`` silences Dask's own logging
+    (``dask_cluster.quiet_dask_logs``) and ``converter`` sets this process up to convert files when it
+    runs them itself, as ``tpuprep run`` does. A ``dask`` cluster without ``scheduler`` or
+    ``scheduler_file`` is the one ``DASK_SCHEDULER_ADDRESS`` names (``ClusterError`` when unset)."""
     from .runners import make_runner
 
     if spec.type == "serial":
-        return make_runner(1)
+        return make_runner(1, converter=converter)
     if spec.type == "local":
         return make_runner(spec.workers, dask_local=spec.engine != "processes", retries=spec.retries,
-                           timeout=spec.timeout, quiet=quiet)
-    return make_runner(scheduler=spec.scheduler, scheduler_file=spec.scheduler_file, retries=spec.retries,
-                       min_workers=spec.min_workers, timeout=spec.timeout, quiet=quiet)
+                           timeout=spec.timeout, quiet=quiet, converter=converter)
+    return make_runner(scheduler=spec.scheduler, scheduler_file=spec.scheduler_file, cluster=True,
+                       retries=spec.retries, min_workers=spec.min_workers, timeout=spec.timeout, quiet=quiet)
 
 
 def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress=None,
-                 quiet_dask: bool = False, **overrides: Any):
+                 quiet_dask: bool = False, converter: bool = False, **overrides: Any):
     """Run a run file (or a parsed ``Pipeline``) and return the build's ``BuildReport``.
 
     ``overrides``: ``src``, ``dst``, ``workers``, ``scheduler``, ``scheduler_file``, ``resume`` (see
     ``override``). With ``dry_run`` nothing is synthesised, connected or written: the report lists
-    the files that would be converted. ``quiet_dask``: see ``make_pipeline_runner``.
+    the files that would be converted. ``quiet_dask``, ``converter``: see ``make_pipeline_runner``.
     """
     from .build import build
 
@@ -459,7 +462,7 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
         from .build import BuildReport
 
         return BuildReport({"inputs": []}, [], dry_run=True)  # it would be synthesised first
-    runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask)
+    runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask, converter=converter)
     stores: dict[str, dict] = {}
     if p.dst_storage_options:
         stores["storage_options"] = p.dst_storage_options

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -19,11 +18,9 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     from ..build import build
     from ..options import BuildOptions
     from ..runners import make_runner
-    from ..runners.worker import as_converter
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
-    scheduler = scheduler or (None if scheduler_file or workers > 1 else os.environ.get("DASK_SCHEDULER_ADDRESS"))
     if as_json:
         json_errors()
     check_output(log_file, "--log-file", [("--src", src), ("--dst", dst)], append=True)
@@ -31,9 +28,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
         log(f"tpuprep build --src {shown(src)} --dst {shown(dst)}" + (" --resume" if resume else ""))
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
-    runner = None if dry_run else make_runner(workers, scheduler, scheduler_file)
-    if runner is not None and runner.name == "serial":
-        as_converter()  # this process converts the files itself
+    runner = None if dry_run else make_runner(workers, scheduler, scheduler_file, use_env=True, converter=True)
     try:
         report = build(src, dst, opts, collections=collections, splits=splits, collection=collection,
                        split=split, runner=runner, resume=resume, overwrite=overwrite, dry_run=dry_run,

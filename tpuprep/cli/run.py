@@ -58,7 +58,7 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
     try:
-        report = run_pipeline(p, progress=progress, quiet_dask=True)
+        report = run_pipeline(p, progress=progress, quiet_dask=True, converter=True)
     finally:
         progress.close()
     if not quiet:

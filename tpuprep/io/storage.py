@@ -21,13 +21,16 @@ import io
 import os
 import posixpath
 import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import FatalError, UsageError
-from .files import looks_like_url
+from .files import atomic_path, looks_like_url, place, temporary_path
 from .window import ByteWindow
 
 if TYPE_CHECKING:  # fsspec and pyarrow are imported only when a URL is used
@@ -105,15 +108,19 @@ class Store:
             if isinstance(block, BaseException):
                 raise block
         return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
-    # Whole-object operations on a remote store (``fs`` set), used by the build's destination side;
-    # local builds keep their plain ``os`` calls, atomic renames and ``flock``.
+    # Whole-object operations, the same on every backend. Locally: temporary name + rename (readers
+    # never see half a file), no link followed at the last component (``O_NOFOLLOW``), hard links for
+    # copies (``io.files.place``); remotely: whole objects, server-side copies.
 
     def child(self, rel: str) -> Store:
         """The store rooted at ``rel`` below this one (same filesystem)."""
         return dataclasses.replace(self, root=self.path(rel), display=f"{self.display.rstrip('/')}/{rel}")
 
     def listing(self) -> list[str]:
-        """Every object below the root as sorted paths relative to it (fresh: no cached listing)."""
+        """Every file (object) below the root as sorted POSIX paths relative to it (fresh: no cached
+        listing; locally regular files and links, no folders, none followed)."""
+        if self.is_local:
+            return _local_listing(self.root)
         self.fs.invalidate_cache()
         prefix = self.root.rstrip("/") + "/"
         try:
@@ -123,38 +130,142 @@ class Store:
         return sorted(p[len(prefix):] for p in found if p.startswith(prefix))
 
     def exists(self, rel: str) -> bool:
+        if self.is_local:
+            return os.path.lexists(self.path(rel))
         return bool(self.fs.exists(self.path(rel)))
 
     def read_bytes(self, rel: str) -> bytes:
+        """The whole file ``rel`` (locally opened with ``O_NOFOLLOW``: a link there is an ``OSError``)."""
+        if self.is_local:
+            fd = os.open(self.path(rel), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            with open(fd, "rb") as fh:
+                return fh.read()
         return self.fs.cat_file(self.path(rel))
 
-    def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False) -> None:
-        """Write one whole object (visible only when complete). ``exclusive``: fail with
-        ``FileExistsError`` if it exists (a conditional write where the store has them, e.g. S3)."""
-        with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:
-            fh.write(data)
+    def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False, durable: bool = False,
+                    before_commit: Callable[[], None] | None = None) -> None:
+        """Write one whole file (visible only when complete). ``exclusive``: fail with
+        ``FileExistsError`` if it exists (locally a hard link of the finished temporary, which never
+        replaces; on S3 a conditional write). ``durable``: locally fsync before the rename (an object
+        is durable once written). ``before_commit()`` runs just before the file becomes visible
+        (locally between the write and the rename; remotely before the upload)."""
+        if not self.is_local:
+            if before_commit is not None:
+                before_commit()
+            with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:
+                fh.write(data)
+            return
+        path = Path(self.path(rel))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not exclusive:
+            with atomic_path(path, durable=durable, before_rename=before_commit) as tmp, \
+                    _create(tmp) as fh:
+                fh.write(data)
+            return
+        tmp = temporary_path(path)
+        try:
+            with _create(tmp) as fh:
+                fh.write(data)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if before_commit is not None:
+                before_commit()
+            os.link(tmp, path)  # EEXIST when the file is there: never replaced
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def put_file(self, local: str | os.PathLike, rel: str) -> None:
-        """Upload the local file ``local`` to ``rel`` (streamed: multipart in blocks, memory bounded)."""
+        """Put the finished local file ``local`` at ``rel``, keeping ``local``: remotely an upload
+        (streamed: multipart in blocks, memory bounded), locally a hard link (a copy across
+        filesystems) placed atomically."""
+        if self.is_local:
+            Path(self.path(rel)).parent.mkdir(parents=True, exist_ok=True)
+            place(local, self.path(rel))
+            return
         self.fs.put_file(os.fspath(local), self.path(rel))
 
     def get_file(self, rel: str, local: str | os.PathLike) -> None:
-        """Download ``rel`` to the local file ``local`` (streamed)."""
+        """Copy ``rel`` to the local file ``local`` (streamed)."""
+        if self.is_local:
+            shutil.copyfile(self.path(rel), local)
+            return
         self.fs.get_file(self.path(rel), os.fspath(local))
 
     def copy(self, rel: str, to: str) -> None:
-        """Copy ``rel`` to ``to`` inside the store (server-side where the store can)."""
+        """Copy ``rel`` to ``to`` inside the store without the bytes passing through this process
+        where possible: server-side remotely, a hard link placed atomically locally."""
+        if self.is_local:
+            Path(self.path(to)).parent.mkdir(parents=True, exist_ok=True)
+            place(self.path(rel), self.path(to))
+            return
         self.fs.copy(self.path(rel), self.path(to))
 
     def remove(self, rels: list[str]) -> None:
-        """Delete these objects (missing ones are ignored; S3 deletes up to 1,000 per request)."""
-        if rels:
+        """Delete these files (missing ones are ignored; S3 deletes up to 1,000 per request). Locally
+        a folder left empty by it is removed too, up to (not including) the root, as a store has no
+        empty folders."""
+        if not rels:
+            return
+        if not self.is_local:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm([self.path(r) for r in rels])
+            return
+        parents = set()
+        for rel in rels:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(rel))
+            parents.update(_parents(rel))
+        for parent in sorted(parents, key=lambda p: -p.count("/")):  # deepest first
+            with contextlib.suppress(OSError):  # not empty, or gone
+                os.rmdir(self.path(parent))
+
+    def makedirs(self) -> None:
+        """Create the root folder (and its parents) locally; nothing in an object store (no folders)."""
+        if self.is_local:
+            os.makedirs(self.root, exist_ok=True)
+
+    @contextlib.contextmanager
+    def writing(self, rel: str) -> Iterator[Path]:
+        """Yield a local path to write the file ``rel`` at; it becomes ``rel`` when the block ends
+        without error (locally a temporary beside it, renamed over it; remotely a file in a local
+        temporary folder, then uploaded whole), else it is removed. For writers that need a path
+        (``pq.ParquetWriter``, Arrow IPC): the bytes are the same on every backend."""
+        if self.is_local:
+            path = Path(self.path(rel))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp:
+                yield tmp
+            return
+        with tempfile.TemporaryDirectory(prefix="tpuprep-write-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            yield local
+            self.put_file(local, rel)
+
+    @contextlib.contextmanager
+    def reading(self, rel: str) -> Iterator[Path]:
+        """Yield a local path holding the file ``rel`` for the block (locally the file itself;
+        remotely a download into a temporary folder, removed afterwards)."""
+        if self.is_local:
+            yield Path(self.path(rel))
+            return
+        with tempfile.TemporaryDirectory(prefix="tpuprep-read-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            self.get_file(rel, local)
+            yield local
+
+    @property
+    def local_root(self) -> str | None:
+        """The root folder when it is on this machine's filesystem (worker processes must see it too),
+        else None."""
+        return self.root if self.is_local else None
 
     def check_reachable(self) -> None:
         """Raise ``FileNotFoundError`` / ``PermissionError`` when the root's bucket (its first path
-        component) is missing or may not be read, before anything is written."""
+        component) is missing or may not be read, before anything is written. Locally nothing to
+        check: the build creates the folder."""
+        if self.is_local:
+            return
         self.fs.info(self.root.split("/", 1)[0])
 
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
@@ -185,6 +296,29 @@ class _Prefetched(ByteWindow):
             data = memoryview(self.fs.cat_file(self.path, start=pos, end=end))
         view[: len(data)] = data
         return len(data)
+
+
+def _create(path: Path):
+    """A new file at ``path`` opened for writing; ``FileExistsError`` if anything (also a link) is there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return open(os.open(path, flags, 0o666), "wb")
+
+
+def _parents(rel: str) -> list[str]:
+    """The folders above ``rel`` (POSIX, relative to the root), deepest first: ``a/b/c`` → ``a/b``, ``a``."""
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _local_listing(root: str) -> list[str]:
+    """The files below the local folder ``root``, relative POSIX paths, sorted; [] when it is missing."""
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        rel = os.path.relpath(folder, root)
+        base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        found.extend(base + name for name in files)
+        found.extend(base + name for name in dirs if os.path.islink(os.path.join(folder, name)))
+    return sorted(found)
 
 
 def missing_bucket(store: Store) -> str | None:

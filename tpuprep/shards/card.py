@@ -20,7 +20,6 @@ from typing import Any
 
 import yaml
 
-from ..io.files import write_text_atomic
 from ..io.storage import Store
 from ..tpugraphs import SPLITS
 from .layout import CARD
@@ -186,12 +185,6 @@ def render_card(manifest: dict, root: Path | Store | None = None) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_card(dst: Path, manifest: dict) -> None:
-    """Write ``<dst>/README.md`` atomically (temporary name, then rename)."""
-    dst = Path(dst)
-    write_text_atomic(dst / CARD, render_card(manifest, dst))
-
-
-def write_card_to_store(store: Store, manifest: dict) -> None:
-    """``write_card`` in an object store (one whole object; the same bytes as a local card)."""
-    store.write_bytes(CARD, render_card(manifest, store).encode("utf-8"))
+def write_card(dst: Store, manifest: dict) -> None:
+    """Write ``README.md`` under ``dst`` whole (a temporary renamed over it locally, one object remotely)."""
+    dst.write_bytes(CARD, render_card(manifest, dst).encode("utf-8"))

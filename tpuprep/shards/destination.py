@@ -197,6 +197,45 @@ def remove(dst: Path, files: list[str], dirs: list[str]) -> None:
                 raise
 
 
+def contents(dst: Store) -> Contents:
+    """What ``dst`` holds, sorted into tpuprep's own and foreign entries: ``scan`` of a local folder
+    (an absent one holds nothing), ``scan_store`` of an object store."""
+    if not dst.is_local:
+        return scan_store(dst)
+    return scan(Path(dst.root)) if os.path.isdir(dst.root) else Contents()
+
+
+def selection(dst: Store) -> set[tuple[str, str]]:
+    """The (collection, split) pairs the manifest under ``dst`` lists (empty if absent or unreadable)."""
+    return manifest_selection(Path(dst.root)) if dst.is_local else store_manifest_selection(dst)
+
+
+def probe_lock(dst: Store) -> None:
+    """Raise UsageError if another build holds ``dst`` (``probe`` / ``probe_store``); writes nothing."""
+    if dst.is_local:
+        probe(Path(dst.root))
+    else:
+        probe_store(dst)
+
+
+def lock(dst: Store) -> DestinationLock | StoreLock:
+    """Take ``dst`` for one build: ``flock`` on a lock file in a folder (created first), a renewed lock
+    object in an object store. Both are context managers with ``check()`` and ``release()``."""
+    if dst.is_local:
+        dst.makedirs()
+        return DestinationLock.acquire(Path(dst.root))
+    return StoreLock.acquire(dst)
+
+
+def clear(dst: Store, files: list[str], dirs: list[str] = ()) -> None:
+    """Delete these files of ``dst`` (what ``contents`` listed as tpuprep's), then these folders if
+    they are empty (``remove``; an object store has no folders)."""
+    if dst.is_local:
+        remove(Path(dst.root), files, list(dirs))
+    else:
+        dst.remove(files)
+
+
 # ----------------------------------------------------------------------------------------- the lock
 
 
@@ -284,6 +323,10 @@ class DestinationLock:
             return False
         mine = os.fstat(fd)
         return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+    def check(self) -> None:
+        """Nothing to check: an ``flock`` is not taken over while its holder lives (``StoreLock.check``
+        is the object-store counterpart, which is)."""
 
     def release(self) -> None:
         """Remove the lock file (while still holding it), then unlock. Safe to call twice."""

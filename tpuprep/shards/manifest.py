@@ -19,7 +19,6 @@ from typing import Any
 
 from ..errors import BadShards, display_name, raw_name_hex
 from ..faults import checkpoint
-from ..io.files import write_json_atomic
 from ..io.storage import Store, missing_bucket, storage_error
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
@@ -41,17 +40,16 @@ def library_versions() -> dict[str, str]:
             "numba": numba.__version__, "pyarrow": pyarrow.__version__}
 
 
-def write_manifest(dst: Path, manifest: dict) -> None:
-    """Write ``<dst>/manifest.json`` atomically and durably: the last file of a build."""
-    write_json_atomic(Path(dst) / MANIFEST, manifest, before_rename=lambda: checkpoint("manifest"))
+def manifest_bytes(manifest: dict) -> bytes:
+    """``manifest.json``'s bytes: JSON, keys in insertion order, indent 1, no NaN, a trailing newline."""
+    return (json.dumps(manifest, indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
 
 
-def write_manifest_to_store(store: Store, manifest: dict) -> None:
-    """``write_manifest`` in an object store: one whole object (visible only when complete), the same
-    bytes as a local manifest, the last object of a build."""
-    data = (json.dumps(manifest, indent=1, sort_keys=False, allow_nan=False) + "\n").encode()
-    checkpoint("manifest")
-    store.write_bytes(MANIFEST, data)
+def write_manifest(dst: Store, manifest: dict) -> None:
+    """Write ``manifest.json`` under ``dst``, the last file of a build: whole (a temporary renamed over
+    it locally, one object remotely) and durable (fsynced locally); ``checkpoint("manifest")`` runs
+    just before it becomes visible."""
+    dst.write_bytes(MANIFEST, manifest_bytes(manifest), durable=True, before_commit=lambda: checkpoint("manifest"))
 
 
 def named(key: str, name: str) -> dict[str, str]:

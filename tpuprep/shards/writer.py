@@ -15,8 +15,8 @@ configs and tile graph rows are batched, since tile graphs are tiny.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ..convert import ConvertedGraph
 from ..faults import checkpoint
-from ..io.files import atomic_path, place, sha256_file
+from ..io.files import sha256_file
 from ..io.storage import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
@@ -259,9 +259,8 @@ def rows_per_group(table: pa.Table, budget_bytes: int) -> int:
 
 
 def _write_ipc(path: Path, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
     size = 0
-    with atomic_path(path) as tmp, ipc.new_file(tmp, schema, options=PART_OPTIONS) as w:
+    with ipc.new_file(path, schema, options=PART_OPTIONS) as w:
         for batch in batches:
             w.write_batch(batch)
             size += batch.nbytes
@@ -286,8 +285,7 @@ def _write_layout_configs(w: pq.ParquetWriter, g: ConvertedGraph, row_group_byte
 def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group_bytes: int,
                          compression_level: int, part_id: str | None = None) -> None:
     kind = graphs[0].inp.kind
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_configs", compression_level, part_id) as w:
+    with _writer(path, f"{kind}_configs", compression_level, part_id) as w:
         if kind == "layout":  # row groups never span two graphs
             for g in graphs:
                 _write_layout_configs(w, g, row_group_bytes)
@@ -296,19 +294,22 @@ def _write_configs_shard(path: Path, graphs: Sequence[ConvertedGraph], row_group
             w.write_table(t, row_group_size=min(TILE_CONFIGS_ROW_GROUP_ROWS, rows_per_group(t, row_group_bytes)))
 
 
-def write_parts(graphs: Sequence[ConvertedGraph], staging: Path, name: str, row_group_bytes: int,
+def write_parts(graphs: Sequence[ConvertedGraph], staging: Store, name: str, row_group_bytes: int,
                 compression_level: int, *, part_id: str | None = None) -> PartFiles:
-    """Write the part files of a batch of converted graphs (same kind, collection and split);
-    ``part_id`` (``stamp.part_id``) goes into the configs part's footer as its shard id."""
+    """Write the part files of a batch of converted graphs (same kind, collection and split) under
+    ``staging``, the configs part first; each appears whole (``Store.writing``). ``part_id``
+    (``stamp.part_id``) goes into the configs part's footer as its shard id."""
     kind = graphs[0].inp.kind
     rel_g, rel_c = part_relpaths(graphs[0].inp.relpath, name)
-    _write_configs_shard(staging / rel_c, graphs, row_group_bytes, compression_level, part_id)
-    batches = (b for g in graphs for b in graph_table(g).to_batches())
-    graphs_bytes = _write_ipc(staging / rel_g, table_schema(f"{kind}_graphs").arrow, batches)
-    meta = pq.ParquetFile(staging / rel_c).metadata
+    with staging.writing(rel_c) as path:
+        _write_configs_shard(path, graphs, row_group_bytes, compression_level, part_id)
+        meta = pq.ParquetFile(path).metadata
+        size, sha256 = path.stat().st_size, sha256_file(path)
+    with staging.writing(rel_g) as path:
+        batches = (b for g in graphs for b in graph_table(g).to_batches())
+        graphs_bytes = _write_ipc(path, table_schema(f"{kind}_graphs").arrow, batches)
     return PartFiles(rel_g, rel_c, [g.inp.graph_id for g in graphs], graphs_bytes, meta.num_rows,
-                     meta.num_row_groups, (staging / rel_c).stat().st_size, sha256_file(staging / rel_c),
-                     shard_id(meta.metadata))
+                     meta.num_row_groups, size, sha256, shard_id(meta.metadata))
 
 
 @dataclass
@@ -357,8 +358,8 @@ def _batched(tables: Iterator[pa.Table], max_rows: int, max_bytes: int) -> Itera
         yield pa.concat_tables(batch)
 
 
-def _part_batches(staging: Path, rel: str) -> Iterator[pa.Table]:
-    with ipc.open_file(staging / rel) as reader:
+def _part_batches(path: Path) -> Iterator[pa.Table]:
+    with ipc.open_file(path) as reader:
         for i in range(reader.num_record_batches):
             yield pa.Table.from_batches([reader.get_batch(i)])
 
@@ -373,15 +374,15 @@ def _configs_shards(kind: str, collection: str, split: str, parts: Sequence[Part
             for i, p in enumerate(parts)]
 
 
-def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], staging: Path,
+def _write_graphs_shard(path: Path, kind: str, chosen: Sequence[PartFiles], graph_parts: Sequence[Path],
                         compression_level: int) -> int:
-    """Write one ``graphs`` shard at ``path`` from the graph parts ``chosen`` (under ``staging``);
-    returns its rows. One row group per layout graph, ≤ 8 MB row groups for tile. Its shard id is
-    ``merged_id`` of the parts' ids."""
+    """Write one ``graphs`` shard at ``path`` from the graph parts ``chosen`` (their IPC files at the
+    local ``graph_parts``); returns its rows. One row group per layout graph, ≤ 8 MB row groups for
+    tile. Its shard id is ``merged_id`` of the parts' ids."""
     rows = 0
     sid = merged_id([p.configs_id for p in chosen])
-    with atomic_path(path) as tmp, _writer(tmp, f"{kind}_graphs", compression_level, sid) as w:
-        pieces = (t for p in chosen for t in _part_batches(staging, p.graphs))
+    with _writer(path, f"{kind}_graphs", compression_level, sid) as w:
+        pieces = (t for part in graph_parts for t in _part_batches(part))
         if kind == "tile":
             pieces = _batched(pieces, 1 << 30, TILE_GRAPHS_ROW_GROUP_BYTES)
         for t in pieces:
@@ -404,58 +405,21 @@ def merge_parts(
     collection: str,
     split: str,
     parts: Sequence[PartFiles],
-    staging: Path,
-    dst: Path,
+    staging: Store,
+    dst: Store,
     *,
     shard_bytes: int,
     compression_level: int,
 ) -> list[ShardInfo]:
     """Place the shards of one (collection, split) from its parts, given in graph-id order.
 
-    ``configs``: each part's configs file becomes shard i of N as it is (hard link: no copy, no
-    re-encoding; its shard id is in its footer already). ``graphs``: the rows of consecutive parts are
-    written into shards of ≤ ``shard_bytes`` (uncompressed), one row group per layout graph and ≤ 8 MB
-    row groups for tile, each with the ``merged_id`` of its parts' ids (``shards.stamp``).
+    ``configs``: each part's configs file becomes shard i of N as it is (``Store.copy``: a hard link
+    locally, a server-side copy in an object store; no re-encoding, its shard id is in its footer
+    already). ``graphs``: the rows of consecutive parts are written into shards of ≤ ``shard_bytes``
+    (uncompressed), one row group per layout graph and ≤ 8 MB row groups for tile, each with the
+    ``merged_id`` of its parts' ids (``shards.stamp``); on an object store the graph parts are fetched
+    to a local temporary folder, merged there and the shard uploaded (``Store.reading``/``writing``).
     """
-    infos = _configs_shards(kind, collection, split, parts)
-    for p, info in zip(parts, infos, strict=True):
-        path = dst / info.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        place(staging / p.configs, path)
-        checkpoint("shard")
-    plan = plan_shards([p.graphs_bytes for p in parts], shard_bytes)
-    for i, members in enumerate(plan):
-        rel = shard_relpath(collection, "graphs", split, i, len(plan))
-        path = dst / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        chosen = [parts[j] for j in members]
-        rows = _write_graphs_shard(path, kind, chosen, staging, compression_level)
-        checkpoint("shard")
-        infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
-    return infos
-
-
-# --------------------------------------------------------------------------- object stores
-# Parts and shards are written to a local temporary folder by the same code as a local build, then
-# uploaded whole (streamed, multipart): the bytes are those of a local build, memory stays bounded by
-# the writer's row groups and the upload's blocks, and an object appears only once complete.
-
-
-def write_parts_to_store(graphs: Sequence[ConvertedGraph], staging: Store, name: str, row_group_bytes: int,
-                         compression_level: int, *, part_id: str | None = None) -> PartFiles:
-    """``write_parts`` into the staging prefix of an object store (configs part first, then graphs)."""
-    with tempfile.TemporaryDirectory(prefix="tpuprep-parts-") as tmp:
-        parts = write_parts(graphs, Path(tmp), name, row_group_bytes, compression_level, part_id=part_id)
-        for rel in (parts.configs, parts.graphs):
-            staging.put_file(Path(tmp) / rel, rel)
-    return parts
-
-
-def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence[PartFiles], staging: Store,
-                         dst: Store, *, shard_bytes: int, compression_level: int) -> list[ShardInfo]:
-    """``merge_parts`` in an object store: configs parts are copied inside the store (server-side, their
-    shard id in their footer already); the graph parts of each ``graphs`` shard are fetched to a local
-    temporary folder, merged there and uploaded."""
     infos = _configs_shards(kind, collection, split, parts)
     for p, info in zip(parts, infos, strict=True):
         dst.copy(posixpath.relpath(staging.path(p.configs), dst.root), info.path)
@@ -464,15 +428,11 @@ def merge_parts_to_store(kind: str, collection: str, split: str, parts: Sequence
     for i, members in enumerate(plan):
         rel = shard_relpath(collection, "graphs", split, i, len(plan))
         chosen = [parts[j] for j in members]
-        with tempfile.TemporaryDirectory(prefix="tpuprep-merge-") as tmp:
-            local = Path(tmp)
-            for p in chosen:
-                (local / p.graphs).parent.mkdir(parents=True, exist_ok=True)
-                staging.get_file(p.graphs, local / p.graphs)
-            path = local / "shard.parquet"
-            rows = _write_graphs_shard(path, kind, chosen, local, compression_level)
-            infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
-            dst.put_file(path, rel)
+        with contextlib.ExitStack() as stack:
+            graph_parts = [stack.enter_context(staging.reading(p.graphs)) for p in chosen]
+            with dst.writing(rel) as path:
+                rows = _write_graphs_shard(path, kind, chosen, graph_parts, compression_level)
+                infos.append(_graphs_info(path, rel, kind, collection, split, chosen, rows))
         checkpoint("shard")
     return infos
 
@@ -483,5 +443,5 @@ def shard_record(info: ShardInfo) -> dict:
 
 __all__ = [
     "LAYOUT_CONFIGS_ROW_GROUP_CODE_BYTES", "LAYOUT_CONFIGS_ROW_GROUP_ROWS", "NOISY_SPREAD", "SCHEMA_VERSION", "PartFiles", "ShardInfo", "config_table", "graph_table", "layout_rows_per_group", "list_column",
-    "merge_parts", "merge_parts_to_store", "plan_shards", "quality_counts", "repeated_string", "shard_record", "write_parts", "write_parts_to_store",
+    "merge_parts", "plan_shards", "quality_counts", "repeated_string", "shard_record", "write_parts",
 ]
