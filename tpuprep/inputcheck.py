@@ -1,7 +1,7 @@
 """``verify``'s own checks of the inputs themselves: what could not be listed under ``--src``
 (``listing_problems``), and each input's zip structure read independently of the build's reader
-(``io/npz.py`` uses ``zipfile`` for the directory and its own inflater; this is ``struct`` and ``zlib``
-from the zip specification, APPNOTE 4.3).
+(``io/npz.py`` uses ``zipfile`` for the directory; this is ``struct`` from the zip specification,
+APPNOTE 4.3, with the members inflated from its own offsets and sizes).
 
 ``zip_problems(fh, size)`` checks that the ``size`` bytes of an input — a file, or a tar member's
 window of its archive — are exactly one zip archive: its end record (zip64 records too) ends the
@@ -12,6 +12,10 @@ no other member; and every member inflates to exactly the uncompressed size the 
 with its CRC-32. A window over the wrong bytes (a sparse tar member read as ``size`` plain bytes
 ends in the middle of some other file, or holds another zip inside) fails here whatever the build's
 reader made of it.
+
+``zip_entries`` makes the structure checks alone (nothing inflated) and ``MemberReader`` inflates one
+member (ISA-L through ``io/inflate.py``), checking its size and CRC-32 on the bytes it hands out:
+``verify`` reads the arrays it compares through it, so each member is inflated once for both.
 """
 
 from __future__ import annotations

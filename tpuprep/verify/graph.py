@@ -128,14 +128,19 @@ def _layout_configs(ds: Dataset, g: GraphRecord, problems: list[str]) -> tuple[G
         digests += _row_digests(block.node_config_feat)
         for name, parts in columns.items():
             parts.append(getattr(block, name))
-    if not done:  # a graph with no configs
+    return _joined(g, columns), digests
+
+
+def _joined(g: GraphRecord, columns: dict[str, list[np.ndarray]]) -> GraphRecord:
+    """``g`` with its per-unique-config columns filled in from the blocks' ``columns``."""
+    if not any(len(parts) for parts in columns.values()):  # a graph with no configs
         runtimes = None if g.config_runtime_original is None else np.zeros(0, np.int64)
         joined = {"config_runtime": runtimes, "config_runtime_spread": runtimes,
                   "group_size": np.zeros(0, np.int32), "first_index": np.zeros(0, np.int32)}
     else:
         joined = {name: None if any(p is None for p in parts) else np.concatenate(parts)
                   for name, parts in columns.items()}
-    return dataclasses.replace(g, **joined), digests
+    return dataclasses.replace(g, **joined)
 
 
 def _check_layout_rows(r: InputReader, g: GraphRecord, digests: list[bytes], problems: list[str]) -> None:
@@ -155,6 +160,98 @@ def _check_layout_rows(r: InputReader, g: GraphRecord, digests: list[bytes], pro
         if not same.all():
             problems.append(f"{g.graph_id}: original config row {start + int(np.flatnonzero(~same)[0])} is not reconstructed")
             return
+
+
+def _first_occurrences(inv: np.ndarray, u: int) -> np.ndarray | None:
+    """Where each of the ``u`` unique configs first occurs in ``inv`` (c,) int64, when they are numbered in
+    first-occurrence order and each occurs; else None."""
+    c = len(inv)
+    if not u or not c or inv.min() < 0 or inv.max() >= u:
+        return None
+    first = np.full(u, c, np.int64)
+    np.minimum.at(first, inv, np.arange(c))
+    return first if first[-1] < c and bool((np.diff(first) > 0).all()) else None
+
+
+def _layout_pass(ds: Dataset, r: InputReader, g: GraphRecord, problems: list[str]) -> tuple[GraphRecord, list[bytes]] | None:
+    """``_layout_configs`` and ``_check_layout_rows`` in one pass over the shard's unique configs and the
+    input's config rows together, when ``config_inverse`` numbers the unique configs in first-occurrence
+    order (else — ``_check_groups`` reports it — the two passes one after the other).
+
+    Both stream in order, so the input row where a unique config first occurs is compared with the
+    shard's decoded values directly (no digest); only the repeats are digested and compared with their
+    unique config's digest. Held at a time: about one shard block and one input chunk."""
+    inv = g.config_inverse.astype(np.int64)
+    first = _first_occurrences(inv, g.num_unique_configs)
+    if first is None:
+        read = _layout_configs(ds, g, problems)
+        if read is not None and g.num_unique_configs and inv.max(initial=-1) < len(read[1]) and inv.min(initial=0) >= 0:
+            _check_layout_rows(r, read[0], read[1], problems)
+        return read
+    gid, nc = g.graph_id, len(g.node_config_ids)
+    blocks = ds.iter_config_blocks(gid, rows_per_block=config_rows_within(nc, VERIFY_BLOCK_BYTES))
+    digests: list[bytes] = []
+    columns: dict[str, list[np.ndarray]] = {"config_runtime": [], "config_runtime_spread": [], "group_size": [],
+                                            "first_index": []}
+    held: list[np.ndarray] = []  # the shard's unique configs held_from.. (k, nc * 18) int8, as read
+    held_from, done = 0, 0
+
+    def pull() -> bool | None:
+        """Read the next shard block: True; False at the end; None (with a problem) when misnumbered."""
+        nonlocal done
+        block = next(blocks, None)
+        if block is None:
+            return False
+        if not _check(np.array_equal(block.rows, np.arange(done, done + len(block.rows))), problems, gid,
+                      "configs rows are not config_id 0..c_u-1 in order"):
+            return None
+        values = np.ascontiguousarray(block.node_config_feat, np.int8).reshape(len(block.rows), -1)
+        digests.extend(_row_digests(values))
+        held.append(values)
+        for name, parts in columns.items():
+            parts.append(getattr(block, name))
+        done += len(values)
+        return True
+
+    m = r.f.members["node_config_feat"]
+    row_bytes = int(np.prod(m.shape[1:], dtype=np.int64)) * m.dtype.itemsize
+    for start, chunk in r.iter_rows("node_config_feat", max(1, VERIFY_BLOCK_BYTES // max(row_bytes, 1))):
+        k = len(chunk)
+        as_int = chunk.astype(np.int8)
+        flat = as_int.reshape(k, -1)
+        same = (as_int == chunk).reshape(k, -1).all(1) & ((flat >= -1) & (flat <= 5)).all(1)
+        want = inv[start : start + k]
+        is_first = first[want] == np.arange(start, start + k)
+        fresh = want[is_first]  # the unique configs first seen here: consecutive ids, in order
+        more: bool | None = True
+        while len(fresh) and done <= fresh[-1] and (more := pull()):
+            pass
+        if more is None:
+            return None
+        if len(fresh):
+            values = held[0] if len(held) == 1 else np.concatenate(held) if held else np.zeros((0, 0), np.int8)
+            have = fresh < done
+            equal = np.zeros(len(fresh), bool)
+            if values.shape[1:] == flat.shape[1:]:
+                equal[have] = (flat[is_first][have] == values[fresh[have] - held_from]).all(1)
+            same[is_first] &= equal
+            drop = min(int(fresh[-1]) + 1, done) - held_from  # later first occurrences need later configs
+            held[:] = [values[drop:]]
+            held_from += drop
+        if not is_first.all():
+            known = np.frombuffer(b"".join(digests), "V16")
+            repeat = want[~is_first]  # each refers to an earlier row's config: read already
+            got = np.frombuffer(b"".join(_row_digests(as_int[~is_first])), "V16")
+            same[~is_first] &= (repeat < len(known)) & (got == known[np.minimum(repeat, len(known) - 1)]) \
+                if len(known) else False
+        if not same.all():
+            problems.append(f"{gid}: original config row {start + int(np.flatnonzero(~same)[0])} is not reconstructed")
+            break
+    while (more := pull()):
+        held.clear()
+    if more is None:
+        return None
+    return _joined(g, columns), digests
 
 
 def verify_graph(ds: Dataset, path: Path | str, graph_id: str, options: dict, problems: list[str],
@@ -232,15 +329,13 @@ def _check_input(ds: Dataset, r: InputReader, g: GraphRecord, options: dict, pro
                and np.array_equal(g.node_index[g.node_config_ids], ids), problems, gid, "node_config_ids differ")
         splits = f.read("node_splits").reshape(-1)
         _check(np.array_equal(g.node_splits, np.searchsorted(g.node_index, splits)), problems, gid, "node_splits differ")
-        read = _layout_configs(ds, g, problems)
+        read = _layout_pass(ds, r, g, problems)
         if read is None:
             return facts
         g, digests = read
         _check_dedup(g, options, problems, digests)
         _check(len(digests) == g.num_unique_configs, problems, gid,
                f"configs shard holds {len(digests)} unique configs, graphs row says {g.num_unique_configs}")
-        if g.num_unique_configs and g.config_inverse.max(initial=-1) < len(digests) and g.config_inverse.min() >= 0:
-            _check_layout_rows(r, g, digests, problems)
         _check_groups(g, runtime if labelled else None, None, problems)
         _check_quality(ds, g, runtime if labelled else None, problems)
     else:

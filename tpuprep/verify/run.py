@@ -60,11 +60,43 @@ def verify_input(ds: Dataset | str, inp: InputFile, entry: dict,
     return problems, moments, True
 
 
+BATCH_FILES, BATCH_BYTES = 64, 32 << 20
+"""Small (tile) inputs go to a worker in runs of up to this many files and input bytes, as the build
+batches them: one task per file would cost more in scheduling than in checking."""
+
+
+def verify_batch(ds: Dataset | str, items: list[tuple[InputFile, dict]],
+                 storage_options: dict | None = None) -> list[tuple[list[str], tuple | None, bool]]:
+    """``verify_input`` of each (input, manifest entry) of ``items``, in order (one worker task)."""
+    return [verify_input(ds, inp, entry, storage_options) for inp, entry in items]
+
+
+def plan_batches(todo: list[tuple[InputFile, dict]]) -> list[list[int]]:
+    """Indices of ``todo`` in tasks: each layout input alone; tile inputs in consecutive runs of at
+    most ``BATCH_FILES`` files and ``BATCH_BYTES`` bytes; largest task first (the few big files start
+    at once instead of ending the run on one busy worker)."""
+    batches: list[list[int]] = []
+    run: list[int] = []
+    size = 0
+    for k, (inp, _) in enumerate(todo):
+        if inp.kind != "tile":
+            batches.append([k])
+            continue
+        if run and (len(run) >= BATCH_FILES or size + inp.size > BATCH_BYTES):
+            batches.append(run)
+            run, size = [], 0
+        run.append(k)
+        size += inp.size
+    if run:
+        batches.append(run)
+    return sorted(batches, key=lambda b: (-sum(todo[k][0].size for k in b), b[0]))
+
+
 def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int,
                    progress: Progress | None) -> Iterator[tuple[InputFile, tuple[list[str], tuple | None, bool]]]:
     """``verify_input`` of each (input, manifest entry), in this process or on ``workers`` local worker
-    processes; yields (input, result) in the order of ``todo`` whatever order the workers finish in, so
-    the report is the same as a serial run's."""
+    processes (``plan_batches``); yields (input, result) in the order of ``todo`` whatever order the
+    workers finish in, so the report is the same as a serial run's."""
     notify = progress or (lambda event, info: None)
     if workers <= 1 or len(todo) <= 1:
         for inp, entry in todo:
@@ -77,14 +109,19 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
     runner = make_runner(workers)
     try:
         local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
-        futures = [runner.submit(verify_input, str(ds.root), inp, entry, ds.storage_options,
-                                 paths=(*filter(None, [inp.local_file]), *local)) for inp, entry in todo]
-        index = {id(f): k for k, f in enumerate(futures)}
+        batches = plan_batches(todo)
+        futures = []
+        for batch in batches:
+            files = dict.fromkeys(f for k in batch if (f := todo[k][0].local_file))
+            futures.append(runner.submit(verify_batch, str(ds.root), [todo[k] for k in batch], ds.storage_options,
+                                         paths=(*files, *local)))
+        index = {id(f): b for b, f in enumerate(futures)}
         results: dict[int, tuple] = {}
         for fut in runner.as_completed(futures):
-            k = index[id(fut)]
-            results[k] = fut.result()
-            notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
+            batch = batches[index[id(fut)]]
+            for k, result in zip(batch, fut.result(), strict=True):
+                results[k] = result
+                notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
     finally:
         runner.close()
     for k, (inp, _) in enumerate(todo):
