@@ -31,10 +31,11 @@ a kernel bug cannot hide behind itself. What is checked:
   train ``node_feat_stats`` recomputed from the shards' feature rows.
 
 Layout configs are compared without holding a graph's configs: the shard's unique configs are read in
-blocks (``Dataset.iter_config_blocks``) and each is kept as a 128-bit BLAKE2b digest of its int8 values,
-then every input row (streamed) is digested the same way and compared with its unique config's digest;
-"pairwise distinct" is distinct digests. A false "equal" would need a BLAKE2b collision (≈ 2^-128 per
-pair); memory is O(c) per graph whatever nc, so ``verify`` runs beside a full-size build.
+blocks (``Dataset.iter_config_blocks``) while the input's rows stream beside them; each unique config is
+kept as a 128-bit digest (SHA-256, truncated) of its int8 values; the input row where it first occurs
+is compared with its values directly, every other row (a repeat) by digest; "pairwise distinct" is
+distinct digests. A false "equal" would need a digest collision (≈ 2^-128 per pair); memory is O(c)
+per graph whatever nc, so ``verify`` runs beside a full-size build.
 
 With ``sample`` (``tpuprep verify --sample FRACTION --seed N``) only a seeded subset of the converted
 inputs is checked against its graph; every shard-side check and the manifest's totals still cover

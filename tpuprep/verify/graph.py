@@ -105,9 +105,18 @@ VERIFY_BLOCK_BYTES = 16 << 20
 
 
 def _row_digests(values: np.ndarray) -> list[bytes]:
-    """128-bit BLAKE2b digest of every row of ``values`` (k, ...) int8 (C order)."""
+    """128-bit digest (SHA-256, truncated) of every row of ``values`` (k, ...) int8 (C order). SHA-256
+    rather than BLAKE2b: the CPU's SHA instructions make it ~1.8x faster here (issue #30)."""
     rows = np.ascontiguousarray(values, np.int8).reshape(len(values), -1)
-    return [hashlib.blake2b(row, digest_size=16).digest() for row in rows]
+    return [hashlib.sha256(row).digest()[:16] for row in rows]
+
+
+def _valid_codes(chunk: np.ndarray, as_int: np.ndarray) -> np.ndarray:
+    """(k,) bool: row i of ``chunk`` (k, ...) holds only integers in −1..5 (``as_int`` is it as int8)."""
+    k = len(chunk)
+    exact = (as_int == chunk).reshape(k, -1)
+    in_range = (as_int.reshape(k, -1).view(np.uint8) + np.uint8(1)) <= 6  # −1..5 -> 0..6; others wrap past 6
+    return exact.all(1) & in_range.all(1)
 
 
 def _layout_configs(ds: Dataset, g: GraphRecord, problems: list[str]) -> tuple[GraphRecord, list[bytes]] | None:
@@ -153,8 +162,7 @@ def _check_layout_rows(r: InputReader, g: GraphRecord, digests: list[bytes], pro
     unique = np.frombuffer(b"".join(digests), "V16")
     for start, chunk in r.iter_rows("node_config_feat", rows):
         as_int = chunk.astype(np.int8)
-        flat = as_int.reshape(len(chunk), -1)
-        valid = (as_int == chunk).reshape(len(chunk), -1).all(1) & ((flat >= -1) & (flat <= 5)).all(1)
+        valid = _valid_codes(chunk, as_int)
         want = g.config_inverse[start : start + len(chunk)]
         same = valid & (np.frombuffer(b"".join(_row_digests(as_int)), "V16") == unique[want])
         if not same.all():
@@ -219,7 +227,7 @@ def _layout_pass(ds: Dataset, r: InputReader, g: GraphRecord, problems: list[str
         k = len(chunk)
         as_int = chunk.astype(np.int8)
         flat = as_int.reshape(k, -1)
-        same = (as_int == chunk).reshape(k, -1).all(1) & ((flat >= -1) & (flat <= 5)).all(1)
+        same = _valid_codes(chunk, as_int)
         want = inv[start : start + k]
         is_first = first[want] == np.arange(start, start + k)
         fresh = want[is_first]  # the unique configs first seen here: consecutive ids, in order
@@ -230,10 +238,12 @@ def _layout_pass(ds: Dataset, r: InputReader, g: GraphRecord, problems: list[str
             return None
         if len(fresh):
             values = held[0] if len(held) == 1 else np.concatenate(held) if held else np.zeros((0, 0), np.int8)
-            have = fresh < done
+            n = int(np.count_nonzero(fresh < done))  # a prefix: the configs the shard holds
             equal = np.zeros(len(fresh), bool)
-            if values.shape[1:] == flat.shape[1:]:
-                equal[have] = (flat[is_first][have] == values[fresh[have] - held_from]).all(1)
+            if n and values.shape[1:] == flat.shape[1:]:
+                lo = int(fresh[0]) - held_from  # fresh ids are consecutive: a slice of values
+                mine = flat if n == k else flat[is_first][:n]
+                equal[:n] = (mine == values[lo : lo + n]).all(1)
             same[is_first] &= equal
             drop = min(int(fresh[-1]) + 1, done) - held_from  # later first occurrences need later configs
             held[:] = [values[drop:]]
