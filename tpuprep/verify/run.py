@@ -92,18 +92,18 @@ def plan_batches(todo: list[tuple[InputFile, dict]]) -> list[list[int]]:
     return sorted(batches, key=lambda b: (-sum(todo[k][0].size for k in b), b[0]))
 
 
-def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int,
-                   progress: Progress | None) -> Iterator[tuple[InputFile, tuple[list[str], tuple | None, bool]]]:
-    """``verify_input`` of each (input, manifest entry), in this process or on ``workers`` local worker
-    processes (``plan_batches``); yields (input, result) in the order of ``todo`` whatever order the
-    workers finish in, so the report is the same as a serial run's."""
-    notify = progress or (lambda event, info: None)
+class _Pending:
+    """The worker tasks of ``_submit``: the runner, its futures and the ``todo`` indices of each."""
+
+    def __init__(self, runner, futures: list, batches: list[list[int]]):
+        self.runner, self.futures, self.batches = runner, futures, batches
+
+
+def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _Pending | None:
+    """Start checking ``todo`` on ``workers`` local processes (``plan_batches``); None when they are
+    checked in this process instead (one worker, or one input). The caller closes ``runner``."""
     if workers <= 1 or len(todo) <= 1:
-        for inp, entry in todo:
-            result = verify_input(ds, inp, entry)
-            notify("file", {"path": inp.relpath, "bytes": inp.size, "status": "ok"})
-            yield inp, result
-        return
+        return None
     from ..runners import make_runner
 
     runner = make_runner(workers)
@@ -115,15 +115,31 @@ def _verify_inputs(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int
             files = dict.fromkeys(f for k in batch if (f := todo[k][0].local_file))
             futures.append(runner.submit(verify_batch, str(ds.root), [todo[k] for k in batch], ds.storage_options,
                                          paths=(*files, *local)))
-        index = {id(f): b for b, f in enumerate(futures)}
-        results: dict[int, tuple] = {}
-        for fut in runner.as_completed(futures):
-            batch = batches[index[id(fut)]]
-            for k, result in zip(batch, fut.result(), strict=True):
-                results[k] = result
-                notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
-    finally:
+    except BaseException:
         runner.close()
+        raise
+    return _Pending(runner, futures, batches)
+
+
+def _collect(ds: Dataset, todo: list[tuple[InputFile, dict]], pending: _Pending | None,
+             progress: Progress | None) -> Iterator[tuple[InputFile, tuple[list[str], tuple | None, bool]]]:
+    """``verify_input`` of each (input, manifest entry) of ``todo``: run here (``pending`` None) or
+    taken from the workers; yields (input, result) in the order of ``todo`` whatever order the
+    workers finish in, so the report is the same as a serial run's."""
+    notify = progress or (lambda event, info: None)
+    if pending is None:
+        for inp, entry in todo:
+            result = verify_input(ds, inp, entry)
+            notify("file", {"path": inp.relpath, "bytes": inp.size, "status": "ok"})
+            yield inp, result
+        return
+    index = {id(f): b for b, f in enumerate(pending.futures)}
+    results: dict[int, tuple] = {}
+    for fut in pending.runner.as_completed(pending.futures):
+        batch = pending.batches[index[id(fut)]]
+        for k, result in zip(batch, fut.result(), strict=True):
+            results[k] = result
+            notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
     for k, (inp, _) in enumerate(todo):
         yield inp, results[k]
 
@@ -160,21 +176,17 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     report = VerifyReport(sample=sample, seed=seed)
     ds = open_dataset(dst, storage_options)
     problem = validate_schema(ds.manifest, ds.manifest_path)
-    if problem:
-        report.problems.append(problem)
-    check_shards(ds, report)
     inputs, refused = discover(src, collections, splits, collection=collection, split=split)
-    report.problems += listing_problems(refused)
     if collection is not None and split is not None:
         collections, splits = [collection], [split]
     listed = {i["path"]: i for i in ds.manifest["inputs"]}
     present = {inp.relpath for inp in inputs}
     moments: dict[str, tuple] = {}
-    todo = []
+    todo, unlisted = [], []
     for inp in inputs:
         entry = listed.get(inp.relpath)
         if entry is None:
-            report.problems.append(f"{inp.relpath}: input is not in the manifest")
+            unlisted.append(f"{inp.relpath}: input is not in the manifest")
         elif entry["status"] == "ok":
             todo.append((inp, entry))
     report.graphs_total = len(todo)
@@ -182,11 +194,20 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
         todo = sample_inputs(todo, sample, seed)
     if progress:
         progress("discovered", {"inputs": [inp for inp, _ in todo], "refused": []})
-    for inp, (problems, graph_moments, checked) in _verify_inputs(ds, todo, workers, progress):
-        report.problems.extend(problems)
-        if graph_moments is not None:
-            moments[inp.graph_id] = graph_moments
-        report.graphs_checked += checked
+    pending = _submit(ds, todo, workers)  # the workers start on the graphs while the shards are checked here
+    try:
+        if problem:
+            report.problems.append(problem)
+        check_shards(ds, report)
+        report.problems += listing_problems(refused) + unlisted
+        for inp, (problems, graph_moments, checked) in _collect(ds, todo, pending, progress):
+            report.problems.extend(problems)
+            if graph_moments is not None:
+                moments[inp.graph_id] = graph_moments
+            report.graphs_checked += checked
+    finally:
+        if pending is not None:
+            pending.runner.close()
     for path, entry in listed.items():
         if entry["status"] != "ok" or path in present:
             continue
