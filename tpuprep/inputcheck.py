@@ -1,7 +1,7 @@
 """``verify``'s own checks of the inputs themselves: what could not be listed under ``--src``
 (``listing_problems``), and each input's zip structure read independently of the build's reader
-(``io/npz.py`` uses ``zipfile`` for the directory and its own inflater; this is ``struct`` and ``zlib``
-from the zip specification, APPNOTE 4.3).
+(``io/npz.py`` uses ``zipfile`` for the directory; this is ``struct`` from the zip specification,
+APPNOTE 4.3, with the members inflated from its own offsets and sizes).
 
 ``zip_problems(fh, size)`` checks that the ``size`` bytes of an input — a file, or a tar member's
 window of its archive — are exactly one zip archive: its end record (zip64 records too) ends the
@@ -12,17 +12,24 @@ no other member; and every member inflates to exactly the uncompressed size the 
 with its CRC-32. A window over the wrong bytes (a sparse tar member read as ``size`` plain bytes
 ends in the middle of some other file, or holds another zip inside) fails here whatever the build's
 reader made of it.
+
+``zip_entries`` makes the structure checks alone (nothing inflated) and ``MemberReader`` inflates one
+member (ISA-L through ``io/inflate.py``), checking its size and CRC-32 on the bytes it hands out:
+``verify`` reads the arrays it compares through it, so each member is inflated once for both.
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-import zlib
+from dataclasses import dataclass
 from typing import BinaryIO
+
+import numpy as np
 
 from .errors import BadInput
 from .inputs import InputFile, Unlisted
+from .io import inflate
 
 END = struct.Struct("<4s4H2LH")  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
 END64_LOCATOR = struct.Struct("<4sLQL")  # signature, disk of the zip64 end record, its offset, disks
@@ -86,51 +93,148 @@ def _zip64(extra: bytes, fields: list[int]) -> list[int] | None:
     return None if FULL in fields else list(fields)
 
 
-def _inflated(fh: BinaryIO, start: int, csize: int, method: int, usize: int) -> tuple[int, int] | str:
-    """(bytes, CRC-32) of a member's data inflated (never more than ``usize`` + 1 bytes kept
-    counting), or the problem."""
-    d = zlib.decompressobj(-15) if method == 8 else None
-    produced, crc, pos, left = 0, 0, start, csize
-    while left > 0 or (d is not None and d.unconsumed_tail):
-        if d is not None and d.unconsumed_tail:
-            data = d.unconsumed_tail
+@dataclass(frozen=True)
+class Entry:
+    """One member as the zip directory declares it (zip64 sizes resolved): ``start`` is the offset of
+    its data (after the local header) in the checked window; ``method`` 0 (STORED) or 8 (DEFLATE);
+    ``csize``/``usize`` compressed/inflated bytes; ``crc`` its CRC-32."""
+
+    name: str
+    method: int
+    start: int
+    csize: int
+    usize: int
+    crc: int
+
+
+class MemberProblem(Exception):
+    """A member's data is not what the zip directory declares (the message says how)."""
+
+
+class MemberReader:
+    """One member's data inflated once, in order, from the zip directory's own offsets and sizes
+    (ISA-L through ``io.inflate`` when installed), counting every inflated byte and its CRC-32.
+
+    ``read(n)`` returns the next ``n`` bytes (raises ``MemberProblem`` when the data is corrupt,
+    cut short, or inflates past the declared size); ``finish()`` reads what is left and returns the
+    member's problem (None when it inflates to exactly the declared size with the declared CRC-32).
+    Verify reads the arrays it checks through this, so the zip's content check shares their one
+    inflate pass.
+    """
+
+    def __init__(self, fh: BinaryIO, entry: Entry):
+        self.entry = entry
+        self._fh, self._pos, self._left = fh, entry.start, entry.csize
+        self._d = inflate.raw_inflater() if entry.method == 8 else None
+        self._pending = b""
+        self.produced = self.crc = 0
+        self.problem: str | None = None
+
+    def _fail(self, problem: str) -> MemberProblem:
+        self.problem = self.problem or problem
+        return MemberProblem(self.problem)
+
+    def _input(self) -> bytes:
+        if self._left <= 0:
+            return b""
+        data = _read(self._fh, self._pos, min(BLOCK, self._left))
+        if not data:
+            raise self._fail("its data is cut short")
+        self._pos, self._left = self._pos + len(data), self._left - len(data)
+        return data
+
+    def _next(self, limit: int) -> bytes:
+        """Up to ``limit`` new inflated bytes, b"" at the end of the member's data."""
+        if self._pending:
+            out, self._pending = self._pending[:limit], self._pending[limit:]
+        elif self._d is None:
+            data = self._input()
+            out, self._pending = data[:limit], data[limit:]
         else:
-            data = _read(fh, pos, min(BLOCK, left))
-            if not data:
-                return "its data is cut short"
-            pos, left = pos + len(data), left - len(data)
+            out, starved = b"", False
+            while not out and not self._d.eof:
+                data = b""
+                if self._d.needs_input or starved:
+                    data = self._input()
+                    if not data:
+                        break
+                try:
+                    out = self._d.decompress(data, limit)
+                except Exception as exc:  # zlib.error, isal's IsalError and the others' equivalents
+                    raise self._fail(f"corrupt DEFLATE data ({exc})") from None
+                starved = not data
+        if out:
+            self.crc = inflate.crc32(out, self.crc)
+            self.produced += len(out)
+            if self.produced > self.entry.usize:
+                raise self._fail(f"inflates to more than the {self.entry.usize:,} bytes the zip directory declares")
+        return out
+
+    def read(self, n: int, scratch: np.ndarray | None = None) -> bytes | memoryview:
+        """The next ``n`` inflated bytes: the inflater's own output when it comes in one piece, else
+        assembled in ``scratch`` (a reusable uint8 buffer of at least ``n`` bytes) or a new buffer."""
+        piece = self._next(n)
+        if len(piece) == n:
+            return piece
+        if scratch is None or scratch.nbytes < n:
+            scratch = np.empty(n, np.uint8)
+        buf = memoryview(scratch)[:n]
+        filled = 0
+        while piece:
+            buf[filled : filled + len(piece)] = piece
+            filled += len(piece)
+            if filled == n:
+                return buf
+            piece = self._next(n - filled)
+        raise self._fail(f"inflates to {self.produced:,} bytes, the zip directory declares {self.entry.usize:,}")
+
+    def finish(self) -> str | None:
+        """Inflate what is left; the member's problem, or None when it is intact."""
         try:
-            out = d.decompress(data, BLOCK) if d is not None else data
-        except zlib.error as exc:
-            return f"corrupt DEFLATE data ({exc})"
-        produced += len(out)
-        crc = zlib.crc32(out, crc)
-        if produced > usize:
-            return f"inflates to more than the {usize:,} bytes the zip directory declares"
-        if d is not None and d.eof:
-            break
-    if d is not None and not d.eof:
-        return "its DEFLATE stream does not end inside its compressed size"
-    return produced, crc
+            while self._next(BLOCK):
+                pass
+        except MemberProblem:
+            return self.problem
+        if self.problem:
+            return self.problem
+        if self._d is not None and not self._d.eof:
+            return "its DEFLATE stream does not end inside its compressed size"
+        if self.produced != self.entry.usize:
+            return f"inflates to {self.produced:,} bytes, the zip directory declares {self.entry.usize:,}"
+        if self.crc & 0xFFFFFFFF != self.entry.crc:
+            return f"CRC-32 {self.crc & 0xFFFFFFFF:08x} differs from the zip directory's {self.entry.crc:08x}"
+        return None
 
 
 def zip_problems(fh: BinaryIO, size: int) -> list[str]:
     """What is wrong with the zip structure of bytes ``[0, size)`` of ``fh`` (see the module); an
     empty list when they are one whole, intact zip of ``.npy`` members."""
+    problems, entries = zip_entries(fh, size)
+    for entry in entries:
+        problem = MemberReader(fh, entry).finish()
+        if problem:
+            problems.append(f"{entry.name}: {problem}")
+    return problems
+
+
+def zip_entries(fh: BinaryIO, size: int) -> tuple[list[str], list[Entry]]:
+    """The structure checks of ``zip_problems`` (everything but the members' data): (problems, the
+    members that passed them, whose data ``MemberReader`` then inflates and checks)."""
     found = _end_record(fh, size)
     if isinstance(found, str):
-        return [found]
+        return [found], []
     entries, cd_size, cd_offset, cd_end = found
     if cd_offset + cd_size != cd_end:
         return [f"the zip directory is said to span {cd_offset:,}..{cd_offset + cd_size:,}, but the end "
-                f"record lies at {cd_end:,} (bytes before or inside the zip that are not part of it)"]
+                f"record lies at {cd_end:,} (bytes before or inside the zip that are not part of it)"], []
     directory = _read(fh, cd_offset, cd_size)
     problems: list[str] = []
     spans: list[tuple[int, int, str]] = []
+    found_entries: list[Entry] = []
     i = 0
     for _ in range(entries):
         if i + CENTRAL.size > len(directory) or directory[i : i + 4] != b"PK\x01\x02":
-            return [*problems, "the zip directory is corrupt (an entry header is missing)"]
+            return [*problems, "the zip directory is corrupt (an entry header is missing)"], found_entries
         (_, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, disk, _, _, offset
          ) = CENTRAL.unpack_from(directory, i)
         name = directory[i + CENTRAL.size : i + CENTRAL.size + nlen].decode("utf-8", "replace")
@@ -140,21 +244,23 @@ def zip_problems(fh: BinaryIO, size: int) -> list[str]:
             problems.append(f"{name}: its zip64 sizes are missing")
             continue
         usize, csize, offset = sizes
-        problem = _entry(fh, name, flags, method, crc, csize, usize, offset, disk, cd_offset, spans)
-        if problem:
-            problems.append(f"{name}: {problem}")
+        got = _entry(fh, name, flags, method, crc, csize, usize, offset, disk, cd_offset, spans)
+        if isinstance(got, str):
+            problems.append(f"{name}: {got}")
+        else:
+            found_entries.append(got)
     if i != len(directory):
         problems.append(f"the zip directory holds {len(directory) - i:,} bytes after its {entries} entries")
     spans.sort()
     for (_, end, a), (start, _, b) in itertools.pairwise(spans):
         if start < end:
             problems.append(f"{b}: its bytes overlap those of {a}")
-    return problems
+    return problems, found_entries
 
 
 def _entry(fh: BinaryIO, name: str, flags: int, method: int, crc: int, csize: int, usize: int,
-           offset: int, disk: int, cd_offset: int, spans: list) -> str | None:
-    """The problem of one central directory entry (None when it is intact)."""
+           offset: int, disk: int, cd_offset: int, spans: list) -> str | Entry:
+    """The problem of one central directory entry, or the ``Entry`` whose data is then checked."""
     if not name.endswith(".npy"):
         return "is not a .npy member"
     if disk or flags & 0x1:
@@ -175,14 +281,7 @@ def _entry(fh: BinaryIO, name: str, flags: int, method: int, crc: int, csize: in
     if start + csize > cd_offset:
         return "its data runs into the zip directory"
     spans.append((offset, start + csize, name))
-    got = _inflated(fh, start, csize, method, usize)
-    if isinstance(got, str):
-        return got
-    if got[0] != usize:
-        return f"inflates to {got[0]:,} bytes, the zip directory declares {usize:,}"
-    if got[1] != crc:
-        return f"CRC-32 {got[1]:08x} differs from the zip directory's {crc:08x}"
-    return None
+    return Entry(name, method, start, csize, usize, crc)
 
 
 def member_problems(inp: InputFile, fh: BinaryIO) -> list[str]:

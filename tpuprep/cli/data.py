@@ -109,12 +109,17 @@ def _source(ctx: click.Context, param: click.Parameter, value: str) -> Path | st
 @click.option("--split", default=None, help="As given to the build (with --collection).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="Check graphs in N local processes (the report is the same as with 1).")
+@click.option("--sample", default=None, type=click.FloatRange(0, 1, min_open=True),
+              help="Check only this fraction of the graphs against their inputs (a subset drawn with "
+                   "--seed); every shard is still checked (docs/cli.md).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --sample subset.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document on stdout instead of the report (docs/cli.md).")
 @click.option("--log-file", default=None, type=click.Path(dir_okay=False),
               help="Also append progress lines, the result and errors here.")
-def verify(src, dst, collections, splits, collection, split, workers, quiet, as_json, log_file) -> None:
+def verify(src, dst, collections, splits, collection, split, workers, sample, seed, quiet, as_json,
+           log_file) -> None:
     """Prove that the shards in DST (a folder or URL) reconstruct the inputs in SRC exactly."""
     import time
 
@@ -129,17 +134,22 @@ def verify(src, dst, collections, splits, collection, split, workers, quiet, as_
     progress = Progress(quiet, False, label="verifying")
     try:
         report = run_verify(src, dst, collections=comma_list(collections), splits=comma_list(splits),
-                            collection=collection, split=split, progress=progress, workers=workers)
+                            collection=collection, split=split, progress=progress, workers=workers,
+                            sample=sample, seed=seed)
     finally:
         progress.close()
     code = EXIT_OK if report.ok else EXIT_FATAL
-    verdict = (f"{report.graphs_checked} graphs and {report.shards_checked} shards checked: "
+    sampled = (f" (a --sample {sample:g} of {report.graphs_total} graphs, --seed {seed})"
+               if sample is not None else "")
+    verdict = (f"{report.graphs_checked} graphs{sampled} and {report.shards_checked} shards checked: "
                + ("all exact" if report.ok else f"{len(report.problems)} problems"))
     for p in report.problems:
         log(f"MISMATCH {p}")
     log(verdict)
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
+                               "graphs_total": report.graphs_total,
+                               "sample": None if sample is None else {"fraction": sample, "seed": seed},
                                "shards_checked": report.shards_checked, "problems": report.problems,
                                "seconds": round(time.perf_counter() - started, 3)}))
     else:

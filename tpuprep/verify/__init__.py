@@ -1,0 +1,66 @@
+"""``tpuprep verify``: prove that the shards reconstruct the inputs exactly, and that everything the shard
+folder says about them is true.
+
+Deliberately independent of the Numba kernels: every check is plain NumPy written from docs/spec.md §2, so
+a kernel bug cannot hide behind itself. What is checked:
+
+- the manifest: the full JSON Schema (``schemas/manifest.schema.json``) on top of the cheap check every
+  reader runs (``manifest.check_manifest``); its options are a valid ``BuildOptions``;
+- every shard file: inside the folder, a regular file, size and sha256 as in the manifest, each column
+  compressed as its schema says (zstd, or uncompressed where the schema says ``none``), the
+  ``table`` its metadata names and that table's columns, rows, row groups, first and last graph as in
+  the manifest; runtimes (``runtime``, ``runtime_spread``, tile ``normalizer``) null on every row of a
+  test ``configs`` shard and on none of another split's; ``graphs``
+  rows hold exactly the manifest's converted graphs of that collection and split (each once, sorted);
+  ``configs`` rows are sorted by ``(graph_id, config_id)`` with ``config_id`` = 0..c_u−1 per graph and
+  each graph's rows in one shard;
+- every folder under ``--src`` listed (one that cannot be is a problem: its inputs would go unchecked);
+  every input's zip structure read independently of the build's reader (``inputcheck``: the end
+  record ends the file or archive member exactly, sizes and CRC-32 of every member as the zip
+  directory declares, computed on the same single inflate pass that reads the arrays checked below:
+  ``reading.InputReader``); its declared shapes within the input limits (``limits.py``);
+- per graph, against its input file: the kept node set and edge set (NumPy breadth-first search);
+  ``node_feat`` rows re-padded exactly by the docs/spec.md §2.2 rule (or untouched with ``--no-repad``),
+  opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed)
+  against the decoded codes of its unique config via ``config_inverse``; every original runtime; the
+  minimum-runtime / ``group_size`` / ``first_index`` bookkeeping; with dedup, unique configs pairwise
+  distinct, without it one config per group; every scalar column of the ``graphs`` row (``num_edges``,
+  ``fold`` = ``graph_fold(graph_id, folds)``, ``source_sha256`` = the input's sha256 ...) and the
+  manifest's per-input counts;
+- per collection and split: the manifest's totals (sums of the per-input counts, shard bytes) and the
+  train ``node_feat_stats`` recomputed from the shards' feature rows.
+
+Layout configs are compared without holding a graph's configs: the shard's unique configs are read in
+blocks (``Dataset.iter_config_blocks``) while the input's rows stream beside them; each unique config is
+kept as a 128-bit digest (SHA-256, truncated) of its int8 values; the input row where it first occurs
+is compared with its values directly, every other row (a repeat) by digest; "pairwise distinct" is
+distinct digests. A false "equal" would need a digest collision (≈ 2^-128 per pair); memory is O(c)
+per graph whatever nc, so ``verify`` runs beside a full-size build.
+
+With ``sample`` (``tpuprep verify --sample FRACTION --seed N``) only a seeded subset of the converted
+inputs is checked against its graph; every shard-side check and the manifest's totals still cover
+everything, and the report says how many graphs of how many were checked.
+
+The package splits these by job: ``shards`` (the shard folder), ``graph`` (one graph against its
+input), ``reading`` (an input's members inflated once), ``reference`` (the NumPy reference rules),
+``run`` (the orchestration, ``verify``), ``report``.
+
+Options that leave no trace in the shards (``chunk_bytes``, ``row_group_bytes``, ``shard_bytes``, the
+zstd level) are checked for type and range only.
+"""
+
+from .graph import VERIFY_BLOCK_BYTES, verify_graph
+from .reference import (
+           InputFacts,
+           expected_structure,
+           feature_moments,
+           hop_distances,
+           repad_reference,
+)
+from .report import VerifyReport
+from .run import Progress, sample_inputs, verify, verify_input
+from .shards import RUNTIME_COLUMNS
+
+__all__ = ["RUNTIME_COLUMNS", "VERIFY_BLOCK_BYTES", "InputFacts", "Progress", "VerifyReport", "expected_structure",
+           "feature_moments", "hop_distances", "repad_reference", "sample_inputs", "verify", "verify_graph",
+           "verify_input"]
