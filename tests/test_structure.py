@@ -256,8 +256,6 @@ SPEC = REPO / "docs" / "spec.md"
 CITED = ["tpuprep", "tests", "benchmarks", "docs", "pipelines", "README.md", "CONTRIBUTING.md"]
 OLD_CITATIONS = ("SPEC §", "shared/SPEC", "shared/tools", "shared/seeds")
 OLD_CITATION_KEPT = {
-    # a user-facing message string in code (not a comment): its owner changes it with the code
-    ("tpuprep/verify.py", 'rule = "re-padded by the SPEC §2.2 rule" if options["repad"] else'),
     # the test that the README never links outside the repository names what it guards against
     ("tests/test_packaging.py", '"""No path that leaves the repository (``../shared/SPEC.md`` does not exist'),
 }
