@@ -523,3 +523,23 @@ def test_objects_that_are_not_read_in_a_bucket_are_listed_as_skipped(bucket, tmp
     assert doc["converted"] == 1
     assert sorted((s["path"], s["reason"][:24]) for s in doc["skipped"]) == [
         ("notes.txt", "neither an .npz file nor"), ("tile/xla/train/t1.NPZ", "its name ends in '.NPZ',")]
+
+
+def test_a_resume_with_raised_limits_converts_what_the_old_limits_refused(tmp_path):
+    """The input limits' scale is part of the resume fingerprint: the limit error says the variable
+    raises the limits, so a ``--resume`` under a raised scale must convert the file again, not hand
+    back the old quarantine (review of #27 item 9)."""
+    src = tmp_path / "npz"
+    write(src, "tile/xla/train/big.npz", tile_arrays(1, n=12_000))
+    write(src, "tile/xla/train/ok.npz", tile_arrays(2))
+    dst = tmp_path / "shards"
+    crashed = subprocess.run([sys.executable, "-c", "from tpuprep.cli import main; main()", "build", "--src",
+                              str(src), "--dst", str(dst), "-q"], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PYTHONPATH": str(REPO), "TPUPREP_CRASH_AT": "shard:1"})
+    assert crashed.returncode == -9, crashed.stderr  # killed in the merge: the batch's sidecar is kept
+    result = _run("build", "--src", str(src), "--dst", str(dst), "--resume",
+                  env={"TPUPREP_INPUT_LIMIT_SCALE": "2"})
+    assert result.exit_code == 0, result.output
+    assert "2 converted, 0 reused, 0 quarantined" in result.output, result.output
+    assert _graph_rows(dst)["tile:xla:big"]["num_nodes_original"] == 12_000
+    assert not _quarantine(dst)

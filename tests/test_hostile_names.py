@@ -283,3 +283,31 @@ def test_an_archive_with_hostile_names(tmp_path):
     assert q["file"] == "all\\xff\\n.tar!npz/tile/xla/train/two\\nlines\\x1b[31m.npz"
     assert bytes.fromhex(q["file_hex"]) == os.fsencode(f"{archive_name}!npz/tile/xla/train/{NEWLINE}.npz")
     assert CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst)]).exit_code == 0
+
+
+def test_the_log_file_splits_only_on_newlines_and_escapes_the_other_separators(tmp_path):
+    """U+2028, U+0085 and a vertical tab in a file name stay inside one log line, escaped
+    (``str.splitlines`` split on all of them)."""
+    from tpuprep.cli.common import LogFile
+
+    log = LogFile(tmp_path / "log")
+    log.write("skipped: a\u2028b\x85c\x0bd.npz: not an npz name")
+    log.write("two\nlines")
+    log.close()
+    lines = (tmp_path / "log").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[-1] == ""
+    assert lines[0].endswith("skipped: a\\u2028b\\x85c\\x0bd.npz: not an npz name")
+    assert lines[1].endswith(" two") and lines[2].endswith(" lines")
+
+
+def test_skipped_names_are_escaped_in_the_verbose_lines_and_the_log(tmp_path):
+    src = tmp_path / "npz"
+    write(src, "tile/xla/train/ok.npz", tile_arrays(1))
+    (src / "tile/xla/train/bad\nname.NPZ").write_bytes(b"x")
+    log = tmp_path / "build.log"
+    result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(tmp_path / "s"), "-v",
+                                       "--log-file", str(log)])
+    assert result.exit_code == 0, result.output
+    assert "bad\\nname.NPZ" in result.output and "bad\nname" not in result.output
+    text = log.read_text(encoding="utf-8")
+    assert "bad\\nname.NPZ" in text and "bad\nname" not in text

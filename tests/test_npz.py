@@ -153,3 +153,14 @@ def test_raw_inflater_matches_zlib_for_any_step(backend):
         assert inf.eof and b"".join(out) == payload
 
     check()
+
+
+@pytest.mark.parametrize("cut", [3, 10])
+def test_a_file_cut_inside_its_end_record_is_called_truncated(tmp_path, cut):
+    """A download cut short ends inside the zip's end record: the message says so, not that bytes of
+    another file follow the record (what it said with a negative byte count)."""
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(10))
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(BadInput, match=r"end record is cut short \(a truncated file\?\)"):
+        NpzFile(path)

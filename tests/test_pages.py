@@ -246,3 +246,48 @@ def test_values_of_mixed_widths_are_declined_even_when_the_page_size_fits():
     block = data[chunk.start:chunk.end]
     with pytest.raises(pages.Unhandled, match="another width"):
         pages.chunk_values(block, 10, chunk.codec, 24)
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def test_a_malformed_header_nested_in_lists_is_declined_not_a_recursion_error():
+    """Lists inside lists count towards MAX_DEPTH: 5,000 nested list headers were a RecursionError
+    out of ``sampled_codes`` (a traceback) instead of a page the reader declines."""
+    with pytest.raises(pages.Unhandled):
+        pages.thrift_struct(bytes([0x19]) * 5000)
+
+
+def test_the_first_sample_of_a_freshly_opened_dataset_reads_the_pages_directly(synth_shards):
+    """The chunks are found (opening the shard, keeping its identity) before the fetch is asked for:
+    the first sample of each shard in each process used to go through pyarrow."""
+    fresh = tpuprep.open_dataset(synth_shards)
+    gid = _layout_ids(fresh)[0]
+    used = []
+    real = pages.sampled_codes
+    with mock.patch.object(pages, "sampled_codes", lambda *a: used.append(1) or real(*a)):
+        fresh.sample_configs(gid, 3, seed=0)
+    assert used, "the first sample fell back to pyarrow"
+
+
+@pytest.mark.parametrize("replacement", ["larger", "smaller"])
+def test_a_remote_shard_replaced_under_an_open_dataset_is_refused_in_one_line(synth_shards, bucket, replacement):
+    """Remotely the last 8 bytes of the object come with the sampled pages: an object replaced since
+    its footer was read (here by another shard's bytes) is the folder-changed line, never pages read at
+    the old footer's offsets."""
+    import fsspec
+
+    url = upload_folder(synth_shards, f"{bucket}/replaced-{replacement}")
+    remote = tpuprep.open_dataset(url)
+    gids = _layout_ids(remote)
+    gid = max(gids, key=remote.num_unique_configs)
+    remote.sample_configs(gid, 3, seed=0)  # footers read and kept
+    groups, _ = remote._index(*remote._where(gid)).config_plan(gid)
+    target = str(groups[0][0])
+    fs, path = fsspec.core.url_to_fs(target)
+    others = [p for p in fs.find(url.split("://", 1)[1]) if p.endswith(".parquet") and "/configs/" in p
+              and (fs.size(p) > fs.size(path) if replacement == "larger" else fs.size(p) < fs.size(path))]
+    fs.pipe_file(path, fs.cat_file(others[0]))  # larger: the tail check; smaller: past its end
+    fs.invalidate_cache()
+    with pytest.raises(BadShards, match=r"changed after it was opened"):
+        remote.sample_configs(gid, 3, seed=1)

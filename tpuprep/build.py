@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from . import limits
 from .convert import ConvertedGraph, convert_file
 from .errors import BadInput, FatalError, UsageError, one_line
 from .faults import checkpoint
@@ -118,10 +119,11 @@ def plan_batches(inputs: list[InputFile]) -> list[list[InputFile]]:
 
 def _fingerprint(batch: list[InputFile], opts: BuildOptions, stamps: Iterable[Stamp] | None = None) -> dict:
     """What must be unchanged for a finished batch to be reused by --resume: the schema version its
-    parts were written in, the options and each file's relpath, size and mtime (or remote version) —
+    parts were written in, the options, the input limits' scale (``TPUPREP_INPUT_LIMIT_SCALE``: raising it
+    must convert again what it refused) and each file's relpath, size and mtime (or remote version) —
     as they were read (``stamps``) or as they are now (``current_stamp``)."""
     stamps = [current_stamp(i) for i in batch] if stamps is None else stamps
-    return {"schema_version": SCHEMA_VERSION, "options": opts.fingerprint(),
+    return {"schema_version": SCHEMA_VERSION, "options": opts.fingerprint(), "input_limit_scale": limits.scale(),
             "files": [[i.relpath, *(s or [None, None])] for i, s in zip(batch, stamps, strict=True)]}
 
 

@@ -101,7 +101,7 @@ class LogFile:
             if self.error is not None:
                 return
             try:
-                for line in message.splitlines() or [""]:
+                for line in message.split("\n"):  # other separators are escaped, not split on
                     self.fh.write(f"{stamp} {display_name(line)}\n")
             except OSError as exc:
                 self.error = OSError(exc.errno, exc.strerror or str(exc), self.path)
@@ -178,9 +178,9 @@ class Progress:
     def __call__(self, event: str, info: dict) -> None:
         if event == "skipped":  # files not read and why: in the log file, and on stderr with -v
             for r in info["skipped"]:
-                log(f"skipped: {r['path']}: {r['reason']}")
+                log(f"skipped: {display_name(r['path'])}: {r['reason']}")
                 if self.verbose:
-                    click.echo(f"skipped: {r['path']}: {r['reason']}", err=True)
+                    click.echo(f"skipped: {display_name(r['path'])}: {r['reason']}", err=True)
         elif event == "discovered":
             for r in info["refused"]:
                 self._bad(r)

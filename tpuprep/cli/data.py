@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import display_name
 from .common import (
     EXIT_FATAL,
     EXIT_OK,
@@ -144,7 +145,7 @@ def verify(src, dst, collections, splits, collection, split, workers, sample, se
     verdict = (f"{report.graphs_checked} graphs{sampled} and {report.shards_checked} shards checked: "
                + ("all exact" if report.ok else f"{len(report.problems)} problems"))
     for p in report.problems:
-        log(f"MISMATCH {p}")
+        log(f"MISMATCH {display_name(p)}")
     log(verdict)
     if as_json:
         click.echo(json.dumps({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
@@ -154,7 +155,7 @@ def verify(src, dst, collections, splits, collection, split, workers, sample, se
                                "seconds": round(time.perf_counter() - started, 3)}))
     else:
         for p in report.problems:
-            click.echo(f"MISMATCH {p}")
+            click.echo(f"MISMATCH {display_name(p)}")
         click.echo(verdict)
     sys.exit(code)
 

@@ -278,6 +278,10 @@ class NpzFile:
                     return
             at = tail.rfind(_END_MAGIC, 0, at)
         extra = len(tail) - last - _END_RECORD
+        cut = extra < 0 or last + _END_RECORD + struct.unpack("<H", tail[last + 20 : last + 22])[0] > len(tail)
+        if cut:
+            raise BadInput(self.path, None, "not a readable zip archive: its end record is cut short "
+                           "(a truncated file?)")
         raise BadInput(self.path, None, f"not a readable zip archive: {extra} bytes that are not part of it "
                        "follow its end record (the bytes of another file?)")
 

@@ -57,7 +57,10 @@ def _zigzag(n: int) -> int:
 
 
 def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[object, int]:
-    """One Thrift compact value of type ``kind`` at ``pos``: (value, position after it)."""
+    """One Thrift compact value of type ``kind`` at ``pos``: (value, position after it). ``depth``
+    counts the containers around it (``Unhandled`` beyond ``MAX_DEPTH``: a malformed header)."""
+    if depth > MAX_DEPTH:
+        raise Unhandled("Thrift values nested too deep")
     if kind in (1, 2):  # a bool field: its value is in the type nibble
         return kind == 1, pos
     if kind == 3:
@@ -84,7 +87,7 @@ def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[object, int]:
                 items.append(buf[pos] == 1)
                 pos += 1
             else:
-                item, pos = _value(buf, pos, element, depth)
+                item, pos = _value(buf, pos, element, depth + 1)
                 items.append(item)
         return items, pos
     if kind == 11:  # map
@@ -95,8 +98,8 @@ def _value(buf: bytes, pos: int, kind: int, depth: int) -> tuple[object, int]:
         pos += 1
         out = {}
         for _ in range(size):
-            key, pos = _value(buf, pos, types >> 4, depth)
-            out[key], pos = _value(buf, pos, types & 0x0F, depth)
+            key, pos = _value(buf, pos, types >> 4, depth + 1)
+            out[key], pos = _value(buf, pos, types & 0x0F, depth + 1)
         return out, pos
     if kind == 12:
         return thrift_struct(buf, pos, depth + 1)
@@ -285,7 +288,7 @@ def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequenc
         return out
     except FatalError:  # the store's one line, a shard that changed: not a page to fall back on
         raise
-    except (Unhandled, IndexError, ValueError, struct.error, OverflowError, MemoryError):
+    except (Unhandled, IndexError, ValueError, struct.error, OverflowError, MemoryError, RecursionError):
         return None
     except Exception as exc:  # zstandard.ZstdError: a page that does not inflate
         if type(exc).__module__.startswith("zstandard") or type(exc).__name__ == "ZstdError":
@@ -349,11 +352,11 @@ def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows:
         by_shard.setdefault(groups[i][0], []).append(i)
     tables: dict[int, np.ndarray] = {}
     for shard, mine in by_shard.items():
-        fetch = fetch_of(shard)
-        try:
+        try:  # the chunks first: they open the shard, whose identity ``fetch_of`` needs
             chunks = chunks_of(shard, [groups[i][1] for i in mine])
         except Unhandled:
             return None
+        fetch = fetch_of(shard)
         if fetch is None:
             return None
         got = sampled_codes(chunks, [int(starts[i]) for i in mine], [int(starts[i + 1] - starts[i]) for i in mine],

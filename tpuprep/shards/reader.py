@@ -16,9 +16,11 @@ read; and a graph's rows must be where the manifest says, in the numbers its ``g
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import re
 import stat
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -764,14 +766,25 @@ class Dataset:
             known = self._inodes.get(path)
             return None if known is None else pages.file_fetch(path, known)
         remote = pages.store_fetch(self.store.fs, self.store.fs._strip_protocol(str(path)))
+        size = self._sizes[str(path)]  # set by shard_path
+        # the object's last 8 bytes (footer length, PAR1) come in the same round trip: an object replaced
+        # since its footer was read (another size or footer) is refused, never read with that footer
+        tail = struct.pack("<I", self._parquet(path).metadata.serialized_size) + b"PAR1"
 
         def fetch_remote(ranges: list[tuple[int, int]]) -> list[bytes]:
             try:
-                return remote(ranges)
+                *blocks, last = remote([*ranges, (size - 8, size)])
             except FileNotFoundError:
                 raise self._changed(f"{path} no longer exists") from None
-            except OSError as exc:
+            except OSError as exc:  # ranges of the footer read at open, past the object's end now
+                if exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                    raise self._changed(f"{path} is shorter than the object whose footer was read") from None
                 raise storage_error(exc, str(path), self.store) from None
+            except Exception as exc:  # botocore's NoCredentialsError ...: the store's one line
+                raise storage_error(exc, str(path), self.store) from None
+            if last != tail:
+                raise self._changed(f"{path} is no longer the object whose footer was read")
+            return blocks
         return fetch_remote
 
     def _read_sampled(self, path: Path | str, rgs: list[int], graph_id: str, columns: list[str]) -> pa.Table:
