@@ -543,3 +543,27 @@ def test_a_resume_with_raised_limits_converts_what_the_old_limits_refused(tmp_pa
     assert "2 converted, 0 reused, 0 quarantined" in result.output, result.output
     assert _graph_rows(dst)["tile:xla:big"]["num_nodes_original"] == 12_000
     assert not _quarantine(dst)
+
+
+def test_a_link_whose_target_cannot_be_reached_is_not_called_dangling(tmp_path, monkeypatch):
+    """Only a missing target makes a link dangling: EACCES or ELOOP on stat is another problem, and
+    a link removed between listing and stat is not a crash."""
+    import errno as errno_
+
+    from tpuprep import inputs
+
+    link = tmp_path / "l.npz"
+    link.symlink_to(tmp_path / "missing.npz")
+    assert inputs._dangling(link) == str(tmp_path / "missing.npz")
+    (tmp_path / "missing.npz").write_bytes(b"")
+    assert inputs._dangling(link) is None
+
+    def denied(self, *a, **k):
+        raise PermissionError(errno_.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "stat", denied)
+    assert inputs._dangling(link) is None
+    monkeypatch.undo()
+    gone = tmp_path / "gone.npz"
+    monkeypatch.setattr(Path, "stat", lambda self, *a, **k: (_ for _ in ()).throw(FileNotFoundError(self)))
+    assert inputs._dangling(gone) == "?"

@@ -287,3 +287,18 @@ def test_train_out_beside_the_shards_with_a_common_prefix_works(tree):
     assert result.exit_code == 0, result.output
     assert Path(f"{out}.npz").is_file() and Path(f"{out}.json").is_file()
     assert np.load(f"{out}.npz", allow_pickle=False) is not None
+
+
+def test_export_with_overwrite_refuses_a_folder_in_the_way_before_replacing_anything(tree, tmp_path):
+    """With --overwrite an earlier existing file used to be replaced before a later target turned out
+    to be a folder: the refusal comes before any file is replaced now."""
+    dst = tmp_path / "out"
+    assert _run("export", "--shards", tree / "shards", "--dst-npz", dst, "-q").exit_code == 0
+    files = sorted(dst.rglob("*.npz"))
+    mine, blocked = files[0], files[-1]
+    mine.write_bytes(b"mine")
+    blocked.unlink()
+    blocked.mkdir()  # a folder where an export file goes
+    refused = _run("export", "--shards", tree / "shards", "--dst-npz", dst, "--overwrite", "-q")
+    _one_error_line(refused, str(blocked), "not a regular file")
+    assert mine.read_bytes() == b"mine"

@@ -199,3 +199,20 @@ def test_real_short_run_keeps_its_budget(synth_shards, tmp_path):
     assert meta["history"][-1]["stopped"] == "time_budget"
     assert meta["history"][-1]["seconds"] <= 4 * budget.SLACK
     assert "start-up" in r.output and "of a 4s budget" in r.output
+
+
+def test_progress_never_steps_back_when_the_validation_estimate_shrinks():
+    """Before a validation is timed the reserve is VALID_SHARE of the budget; a quick first validation
+    shrinks it, which used to move progress (and the cosine LR) backwards, e.g. 0.30 → 0.23."""
+    from tpuprep.train.budget import Budget
+
+    clock = FakeClock()
+    b = Budget(100.0, clock=clock)
+    clock.advance(22.0)
+    before = b.progress(validate=True)
+    b.valid_s = 1.0  # the first validation took a second
+    clock.advance(0.5)
+    after = b.progress(validate=True)
+    assert after >= before > 0.25
+    clock.advance(30.0)
+    assert b.progress(validate=True) == pytest.approx(52.5 / (100.0 - 1.0 - b.save_s))

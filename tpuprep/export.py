@@ -253,6 +253,9 @@ def export(
     report = ExportReport(dst)
     plan = [(gid, npz_relpath(gid, coll, split)) for gid, coll, split in ids]  # every id checked first
     targets = {rel: _inside(dst, rel) for _, rel in plan}
+    for target in targets.values():  # what is refused whatever its bytes: before any file is written or replaced
+        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+            raise UsageError(f"--dst-npz: {target} exists and is not a regular file; refusing to replace it")
     plan.sort(key=lambda item: not os.path.lexists(targets[item[1]]))  # existing files first (a refusal: before any write)
     for gid, rel in plan:
         g = ds.load_graph(gid)

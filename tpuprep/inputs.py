@@ -250,8 +250,13 @@ def _dangling(path: Path) -> str | None:
     """Where the symbolic link ``path`` points when its target does not exist, else None."""
     try:
         path.stat()
-    except OSError:
-        return os.readlink(path)
+    except FileNotFoundError:
+        try:
+            return os.readlink(path)
+        except OSError:  # removed since it was listed
+            return "?"
+    except OSError:  # EACCES, ELOOP ...: the target exists but cannot be reached; not dangling
+        return None
     return None
 
 

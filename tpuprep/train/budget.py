@@ -77,6 +77,7 @@ class Budget:
         self.steps = 0
         self.score_unit_s = 0.0  # slowest validation seconds per (config × configurable node)
         self.graph_s: dict[str, float] = {}  # last scoring time of each validation graph
+        self._progress = 0.0  # the largest progress reported: the schedule never goes back
 
     @property
     def limited(self) -> bool:
@@ -113,7 +114,9 @@ class Budget:
         if not self.limited:
             return None
         span = (self.end - self.start) - self.reserve(validate)
-        return self.elapsed() / max(span, 1e-9)
+        # the reserve shrinks once a validation is measured: never let the LR schedule step back
+        self._progress = max(self._progress, self.elapsed() / max(span, 1e-9))
+        return self._progress
 
     def cutoff(self, final: bool) -> float:
         """Clock time a validation must end by: the budget's end minus a save, and for a per-epoch
