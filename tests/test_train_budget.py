@@ -216,3 +216,15 @@ def test_progress_never_steps_back_when_the_validation_estimate_shrinks():
     assert after >= before > 0.25
     clock.advance(30.0)
     assert b.progress(validate=True) == pytest.approx(52.5 / (100.0 - 1.0 - b.save_s))
+
+
+def test_no_usable_valid_graph_means_no_validation_and_no_reserve(ds, clock, monkeypatch):
+    """``validate`` is decided after the valid graphs are filtered: with none usable, no epoch runs an
+    empty validation (a ``valid_tau`` of nan) and the budget keeps no reserve for one."""
+    real = trainer.usable_for_training
+    monkeypatch.setattr(trainer, "usable_for_training",
+                        lambda structure, kind: "valid_" not in structure.graph_id and real(structure, kind))
+    slow(monkeypatch, clock, step=1.0, valid_forward=3.0)
+    ranker, took = run(ds, clock, 30.0)
+    assert ranker.history and not any("valid_tau" in h for h in ranker.history)  # was nan every epoch
+    assert took <= 30.0 * budget.SLACK

@@ -72,6 +72,7 @@ if __name__ == "__main__":
     params, count = init(collection.startswith("layout")), 0
     for epoch in range(epochs):
         batches.set_epoch(epoch)
+        value = float("nan")  # an epoch with no batch (an empty split) prints nan
         for item in batches:
             b = {key: v for key, v in item.items() if isinstance(v, jax.Array)}  # int64 stay NumPy: not here
             if not pad:  # unpadded arrays have no masks: every entry is real

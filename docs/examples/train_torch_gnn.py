@@ -182,7 +182,7 @@ def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64,
     started, epoch, steps, configs, shown = time.monotonic(), 0, 0, 0, 0.0
     while time.monotonic() - started < time_budget and epoch != max_epochs:
         dataset.set_epoch(epoch)
-        total = 0.0
+        total, steps_before = 0.0, steps
         for i, item in enumerate(loader):
             target = item["config_runtime"].double()
             if "config_runtime_normalizers" in item:  # tile: rank runtime / normalizer
@@ -204,7 +204,7 @@ def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64,
             if time.monotonic() - started >= time_budget:
                 break
         if time.monotonic() - shown >= 10:  # a progress line at most every 10 s
-            print(f"epoch {epoch}: mean loss {total / max(len(dataset), 1):.4f}", flush=True)
+            print(f"epoch {epoch}: mean loss {total / max(steps - steps_before, 1):.4f}", flush=True)
             shown = time.monotonic()
         epoch += 1
     seconds = time.monotonic() - started

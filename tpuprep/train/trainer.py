@@ -277,9 +277,9 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
     usable = [gid for gid in train_ids if usable_for_training(ds.load_graph(gid, configs=False), kind)]
     if not usable:
         raise ValueError(f"no training graph of {collection} has ≥ 2 labelled unique configs")
-    validate = bool(cfg.validate and valid_ids)
-    if validate:
+    if cfg.validate:
         valid_ids = [g for g in valid_ids if usable_for_training(ds.load_graph(g, configs=False), kind)]
+    validate = bool(cfg.validate and valid_ids)  # no usable valid graph: no empty validations, no reserve
     sampler = (batches or (lambda ids: config_batches(ds, collection, ids, cfg)))(usable)
     total = max(1, cfg.epochs * len(sampler))
     step = configs_seen = 0
