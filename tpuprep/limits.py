@@ -116,7 +116,8 @@ def _over(f: NpzFile, key: str, what: str, count: int, limit: int | None, kind: 
 def check_input_limits(f: NpzFile, kind: str) -> None:
     """Raise BadInput (naming the file, the key and the limit) when the zip directory or an ``.npy``
     header of ``f``, a ``layout`` or ``tile`` file, declares more than the limits allow. Reads
-    nothing: ``NpzFile`` has parsed the headers already. Keys are checked in a fixed order."""
+    nothing: ``NpzFile`` has parsed the headers already. Members are checked in the zip directory's order, so
+    with several over their limits the first of them is the one reported."""
     lim = limits_for(kind)
     members = f.members
     for key, m in members.items():

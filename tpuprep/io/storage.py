@@ -118,7 +118,8 @@ class Store:
 
     def listing(self) -> list[str]:
         """Every file (object) below the root as sorted POSIX paths relative to it (fresh: no cached
-        listing; locally regular files and links, no folders, none followed)."""
+        listing; locally every entry that is not a folder: regular files, links (none followed), FIFOs,
+        sockets and devices)."""
         if self.is_local:
             return _local_listing(self.root)
         self.fs.invalidate_cache()
