@@ -149,17 +149,21 @@ def test_dry_run_json_escapes_refused_names(hostile_src, tmp_path):
     assert all(bytes.fromhex(f["file_hex"]) for f in doc["refused"])
 
 
-def test_resume_with_hostile_names(hostile_src, tmp_path, monkeypatch):
-    """Interrupted after the parts were staged, then resumed from the command line (log file, JSON)."""
-    dst, log = tmp_path / "out", tmp_path / "resume.log"
-
+def _interrupted_in_the_merge(src, dst, monkeypatch) -> None:
+    """A build of ``src`` into ``dst`` stopped after every part was staged (KeyboardInterrupt in the merge)."""
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
         m.setattr(tpuprep.build, "merge_task", crash)
         with pytest.raises(KeyboardInterrupt):
-            tpuprep.build.build(hostile_src, dst)
+            tpuprep.build.build(src, dst)
+
+
+def test_resume_with_hostile_names(hostile_src, tmp_path, monkeypatch):
+    """Interrupted after the parts were staged, then resumed from the command line (log file, JSON)."""
+    dst, log = tmp_path / "out", tmp_path / "resume.log"
+    _interrupted_in_the_merge(hostile_src, dst, monkeypatch)
     r = CliRunner().invoke(main, ["build", "--src", str(hostile_src), "--dst", str(dst), "--resume",
                                   "--json", "--log-file", str(log)])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.exc_info
@@ -213,14 +217,7 @@ def test_long_stems_build_and_resume(tmp_path, monkeypatch, length):
     write(src, f"layout/xla/random/train/{long_layout}.npz", layout_arrays(0))
     write(src, "layout/xla/random/train/g1.npz", layout_arrays(1))
     write(src, f"tile/xla/train/{long_tile}.npz", tile_arrays(0))
-
-    def crash(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as m:
-        m.setattr(tpuprep.build, "merge_task", crash)
-        with pytest.raises(KeyboardInterrupt):
-            tpuprep.build.build(src, dst)
+    _interrupted_in_the_merge(src, dst, monkeypatch)
     staged = [p.name for p in (dst / ".tpuprep").rglob("*") if p.is_file()]
     assert staged and max(len(n) for n in staged) < 140, staged
     r = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(dst), "--resume", "--json"])

@@ -380,26 +380,28 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dic
     return done
 
 
-def _refused_record(exc: BadInput, src: Path | str) -> dict:
-    """The quarantine record of an entry refused by discovery; ``path`` relative to ``src`` (an archive
-    member as ``<archive>!<member>``, the archive relative to ``src``)."""
+def _relative(path: str | Path | None, src: Path | str) -> str:
+    """How a discovered entry is named in records: relative to ``src`` (an archive member as
+    ``<archive>!<member>``, the archive relative to ``src``; a URL without its credentials)."""
     if isinstance(src, str):  # a URL
         prefix = src.rstrip("/") + "/"
-        text = exc.path or src
-        return {"path": text[len(prefix):] if text.startswith(prefix) else without_credentials(text),
-                "graph_id": None, "collection": None, "kind": None, "split": None, "bytes": 0,
-                "status": "quarantined", "key": exc.key, "error": exc.problem}
-    path = Path(exc.path) if exc.path else src
+        text = str(path or src)
+        return text[len(prefix):] if text.startswith(prefix) else without_credentials(text)
+    path = Path(path) if path else src
     try:
-        rel = path.relative_to(src if src.is_dir() else src.parent).as_posix()
+        return path.relative_to(src if src.is_dir() else src.parent).as_posix()
     except ValueError:
         # --src is the archive: <archive name>!<member>
-        rel = str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
-    try:
-        size = path.lstat().st_size
-    except OSError:  # gone, or not even examinable (EACCES): the record says 0 bytes
-        size = 0
-    return {"path": rel, "graph_id": None, "collection": None, "kind": None, "split": None,
+        return str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
+
+
+def _refused_record(exc: BadInput, src: Path | str) -> dict:
+    """The quarantine record of an entry refused by discovery; ``path`` as ``_relative`` names it."""
+    size = 0  # a URL, an entry gone, or one not even examinable (EACCES): the record says 0 bytes
+    if not isinstance(src, str):
+        with contextlib.suppress(OSError):
+            size = (Path(exc.path) if exc.path else src).lstat().st_size
+    return {"path": _relative(exc.path, src), "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
 
 
@@ -453,8 +455,7 @@ def build(
     passed_over: list = []
     inputs, refused = discover(src, collections, splits, src_storage_options, collection=collection,
                                split=split, skipped=passed_over)
-    skipped = [{"path": _refused_record(BadInput(e.path, None, e.reason), src)["path"], "reason": e.reason}
-               for e in passed_over]
+    skipped = [{"path": _relative(e.path, src), "reason": e.reason} for e in passed_over]
     notify("skipped", {"skipped": skipped})
     if not inputs:
         _no_inputs(src, collections, splits, refused, src_storage_options, assigned=collection is not None)

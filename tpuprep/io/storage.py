@@ -103,11 +103,18 @@ class Store:
         fetched at once, concurrently (``fs.cat_ranges``: one ranged GET each, in parallel on async
         filesystems such as s3fs); a read outside them is one more ranged GET of just that read."""
         path = self.fs._strip_protocol(url)
+        blocks = self.cat_ranges(url, ranges)
+        return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
+
+    def cat_ranges(self, url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each range [start, end) of the remote ``url``, fetched at once (``fs.cat_ranges``:
+        one ranged GET each, concurrent on async filesystems); the first failure is raised."""
+        path = self.fs._strip_protocol(url)
         blocks = self.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
         for block in blocks:
             if isinstance(block, BaseException):
                 raise block
-        return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
+        return blocks
     # Whole-object operations, the same on every backend. Locally: temporary name + rename (readers
     # never see half a file), no link followed at the last component (``O_NOFOLLOW``), hard links for
     # copies (``io.files.place``); remotely: whole objects, server-side copies.

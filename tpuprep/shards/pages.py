@@ -324,18 +324,6 @@ def file_fetch(path, known: tuple[int, int, int, int]) -> Callable[[list[tuple[i
     return fetch
 
 
-def store_fetch(fs, path: str) -> Callable[[list[tuple[int, int]]], list[bytes]]:
-    """``fetch`` for ``sampled_codes`` over a remote object (an fsspec filesystem and its path): every
-    range one ranged GET, all at once (``fs.cat_ranges``; concurrent on async filesystems)."""
-    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
-        blocks = fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
-        for block in blocks:
-            if isinstance(block, BaseException):
-                raise block
-        return blocks
-    return fetch
-
-
 def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows: np.ndarray, width: int,
                  chunks_of: Callable[[object, list[int]], list[Chunk]],
                  fetch_of: Callable[[object], Callable | None]) -> np.ndarray | None:
@@ -343,7 +331,7 @@ def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows:
     row groups are ``groups`` ((shard, row group), ``_ShardIndex.config_plan``) with first config ids
     ``starts`` ((g + 1,) int64, then c_u): (k, width) uint8, row i the value of config ``rows[i]``.
     ``chunks_of(shard, row groups)``: their ``Chunk``s (checked to hold the graph; ``Unhandled`` to
-    decline); ``fetch_of(shard)``: its ``fetch`` (``file_fetch`` / ``store_fetch``), or None to decline.
+    decline); ``fetch_of(shard)``: its ``fetch`` (``file_fetch``, or the reader's ``Store.cat_ranges``), or None to decline.
     None when a shard declines or holds a chunk this reader does not handle (read with pyarrow)."""
     where = np.searchsorted(starts, rows, side="right") - 1
     local, where = (rows - starts[where]).tolist(), where.tolist()

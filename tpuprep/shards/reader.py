@@ -761,11 +761,10 @@ class Dataset:
     def _fetcher(self, path: Path | str) -> Callable | None:
         """``pages``' fetch of byte ranges of an open shard: locally ``pread``s of the very file whose
         footer ``_parquet`` read (None when it was replaced since: pyarrow then reads the open one);
-        remotely one concurrent ``cat_ranges``, failures as the store's one line."""
+        remotely one concurrent ``Store.cat_ranges``, failures as the store's one line."""
         if self.store.is_local:
             known = self._inodes.get(path)
             return None if known is None else pages.file_fetch(path, known)
-        remote = pages.store_fetch(self.store.fs, self.store.fs._strip_protocol(str(path)))
         size = self._sizes[str(path)]  # set by shard_path
         # the object's last 8 bytes (footer length, PAR1) come in the same round trip: an object replaced
         # since its footer was read (another size or footer) is refused, never read with that footer
@@ -773,7 +772,7 @@ class Dataset:
 
         def fetch_remote(ranges: list[tuple[int, int]]) -> list[bytes]:
             try:
-                *blocks, last = remote([*ranges, (size - 8, size)])
+                *blocks, last = self.store.cat_ranges(str(path), [*ranges, (size - 8, size)])
             except FileNotFoundError:
                 raise self._changed(f"{path} no longer exists") from None
             except OSError as exc:  # ranges of the footer read at open, past the object's end now
