@@ -185,6 +185,34 @@ def test_verify_and_info_json(src, synth_shards):
     assert "inputs" not in doc and {"collections", "shards", "options"} <= set(doc)
 
 
+class _FailingClose(io.TextIOWrapper):
+    """A log file whose close fails with EIO, as a network file system may report a lost write."""
+
+    def close(self):
+        super().close()
+        raise OSError(errno.EIO, "Input/output error")
+
+
+@pytest.mark.parametrize("command", ["build", "verify"])
+def test_json_never_says_ok_when_the_log_file_fails_to_close(monkeypatch, command, src, synth_shards, tmp_path):
+    real_init = cli_common.LogFile.__init__
+
+    def init(self, path):
+        real_init(self, path)
+        self.fh = _FailingClose(self.fh.detach(), encoding="utf-8", line_buffering=True)
+
+    monkeypatch.setattr(cli_common.LogFile, "__init__", init)
+    log = tmp_path / "run.log"
+    dst = str(tmp_path / "out") if command == "build" else str(synth_shards)
+    result = CliRunner().invoke(main, [command, "--src", str(src), "--dst", dst, "--json", "--log-file", str(log)])
+    assert result.exit_code == 1, result.output
+    doc = _one_document(result.stdout)
+    assert doc["status"] == "error" and doc["exit_code"] == 1
+    assert str(log) in doc["error"] and "EIO" in doc["error"]
+    assert result.stderr.count("error: ") == 1, result.stderr
+    assert "tpuprep " + command in log.read_text()
+
+
 def _documented(section: str, doc: dict) -> None:
     """Every top-level key of a --json document is described in docs/cli.md's section for it."""
     text = DOCS.read_text()

@@ -146,6 +146,20 @@ def json_errors() -> None:
     _session["json"] = True
 
 
+def emit_document(doc: dict) -> None:
+    """Print the command's ``--json`` result document, the log file closed first: a log that broke (in
+    any thread) or fails to close raises its ``OSError`` here, so the guard prints the error document and
+    exits 1 instead of a document saying the command succeeded."""
+    entry = _session["log"]
+    if entry is not None:
+        _session["log"] = None
+        error = entry.close()
+        if error is not None:
+            entry.reported = True
+            raise error
+    click.echo(json.dumps(doc))
+
+
 def _end_session() -> OSError | None:
     """Close the log file; the error that broke it if the command never reported it."""
     error = _session["log"].close() if _session["log"] is not None else None
@@ -473,7 +487,7 @@ def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str
     if dry_run:
         code = EXIT_QUARANTINED if report.records else EXIT_OK
         if as_json:
-            click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
+            emit_document(build_document(report, code=code, seconds=seconds, dst=dst))
             return code
         click.echo(f"would convert {len(report.manifest['inputs'])} files; {len(report.records)} refused"
                    + _skipped_note(report.skipped))
@@ -487,7 +501,7 @@ def report_build(report, *, dry_run: bool, quiet: bool, started: float, dst: str
                f"{len(report.quarantined)} quarantined{_skipped_note(report.skipped)} in {seconds:.1f} s -> {shown(dst)}")
     log(summary)
     if as_json:
-        click.echo(json.dumps(build_document(report, code=code, seconds=seconds, dst=dst)))
+        emit_document(build_document(report, code=code, seconds=seconds, dst=dst))
     elif not quiet:
         click.echo(summary_table(report.manifest))
         for line in skipped_lines(report.skipped):

@@ -14,6 +14,7 @@ from .common import (
     EXIT_OK,
     Progress,
     comma_list,
+    emit_document,
     human,
     json_errors,
     log,
@@ -148,11 +149,11 @@ def verify(src, dst, collections, splits, collection, split, workers, sample, se
         log(f"MISMATCH {display_name(p)}")
     log(verdict)
     if as_json:
-        click.echo(json.dumps({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
-                               "graphs_total": report.graphs_total,
-                               "sample": None if sample is None else {"fraction": sample, "seed": seed},
-                               "shards_checked": report.shards_checked, "problems": report.problems,
-                               "seconds": round(time.perf_counter() - started, 3)}))
+        emit_document({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
+                       "graphs_total": report.graphs_total,
+                       "sample": None if sample is None else {"fraction": sample, "seed": seed},
+                       "shards_checked": report.shards_checked, "problems": report.problems,
+                       "seconds": round(time.perf_counter() - started, 3)})
     else:
         for p in report.problems:
             click.echo(f"MISMATCH {display_name(p)}")
