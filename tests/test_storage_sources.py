@@ -149,8 +149,54 @@ def test_a_truncated_archive_keeps_the_members_before_the_damage(tree, tmp_path)
         members, refused = index_tar(fh, "a.tar", len(cut))
     assert [m.name for m in members] == ["npz/" + f.relative_to(tree).as_posix() for f in files[:2]]
     assert "a.tar!npz/tile/xla/train/" in str(refused[0]) and "past the end of the archive" in str(refused[0])
-    assert [str(r) for r in refused[1:]] == ["a.tar: the tar archive is corrupt or truncated after 2 members "
-                                             "(unexpected end of data)"]
+    assert [str(r) for r in refused[1:]] == ["a.tar: the tar archive is corrupt or truncated after 3 members "
+                                             "(2 .npz members are read) (unexpected end of data)"]
+
+
+def test_a_damaged_archive_counts_every_member_before_the_damage(tree, tmp_path):
+    """The damage is placed by every header read (folders and other files too), not by the .npz kept."""
+    files = _npz(tree, "tile/xla/train")[:2]
+    archive = tmp_path / "b.tar"
+    (tmp_path / "README.txt").write_text("notes")
+    with tarfile.open(archive, "w") as tf:
+        tf.add(tmp_path / "README.txt", arcname="npz/README.txt")
+        for f in files:
+            tf.add(f, arcname="npz/" + f.relative_to(tree).as_posix())
+    data = archive.read_bytes()
+    with tarfile.open(archive) as tf:
+        last = tf.getmembers()[-1]
+    end = last.offset_data + -(-last.size // 512) * 512  # the end of the last member's data blocks
+    cut = data[:end] + b"\x01" * 512  # a garbage header where the end marker was
+    skipped: list = []
+    with io.BytesIO(cut) as fh:
+        members, refused = index_tar(fh, "b.tar", len(cut), skipped=skipped)
+    assert len(members) == 2 and len(skipped) == 1
+    assert [str(r) for r in refused] == [
+        f"b.tar: the tar archive is corrupt after 3 members (2 .npz members are read): byte {end} is not a "
+        "valid member header nor the zero end of the archive (a damaged header?); the members after it are "
+        "not read"]
+
+
+def test_a_damaged_header_in_the_middle_is_refused_not_silently_ended(tree, tmp_path):
+    """tarfile ends its listing at an invalid header after the first member: the members behind it
+    must be reported, not dropped with exit 0."""
+    files = _npz(tree, "tile/xla/train")[:3]
+    archive = _tar(tmp_path / "a.tar", tree, files)
+    with tarfile.open(archive) as tf:
+        second = tf.getmembers()[1]
+    data = bytearray(archive.read_bytes())
+    data[second.offset : second.offset + 512] = b"\x01" * 512
+    with io.BytesIO(bytes(data)) as fh:
+        members, refused = index_tar(fh, "a.tar", len(data))
+    assert [m.name for m in members] == ["npz/" + files[0].relative_to(tree).as_posix()]
+    assert len(refused) == 1 and f"byte {second.offset} is not a valid member header" in str(refused[0])
+    # and the build says so: exit 3, the archive quarantined, one file converted
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.tar").write_bytes(bytes(data))
+    result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 3, result.output
+    assert "a damaged header" in result.stderr
 
 
 def test_resume_reuses_archive_members_until_the_archive_changes(npz_all, tmp_path, monkeypatch):

@@ -80,6 +80,29 @@ def member_key(name: str) -> str:
     return posixpath.normpath(name.lstrip("/"))
 
 
+END_CHUNK = 1 << 20
+"""Bytes read at a time when checking that only zeros follow the last member."""
+
+
+def _past_the_end(fh: BinaryIO, offset: int, archive_size: int) -> str | None:
+    """None when bytes ``[offset, archive_size)`` of ``fh`` are all zero (the end-of-archive blocks and
+    the record padding), else what is there: ``tarfile`` ends its listing at the first invalid header
+    after the first member, which would drop every member behind a damaged header without a word.
+    Reads until the first non-zero byte (a valid archive: its ≤ 10 KB of padding)."""
+    fh.seek(offset)
+    at = offset
+    while at < archive_size:
+        chunk = fh.read(min(END_CHUNK, archive_size - at))
+        if not chunk:
+            return f"it ends at byte {at}, before its declared size of {archive_size} bytes"
+        if chunk.count(0) != len(chunk):
+            first = at + next(i for i, b in enumerate(chunk) if b)
+            return (f"byte {first} is not a valid member header nor the zero end of the archive "
+                    f"(a damaged header?); the members after it are not read")
+        at += len(chunk)
+    return None
+
+
 def index_tar(fh: BinaryIO, display: str, archive_size: int, suffix: str = ".npz",
               skipped: list[Skipped] | None = None) -> tuple[list[TarMember], list[BadInput]]:
     """The regular members of the uncompressed tar archive open in ``fh`` whose names end in
@@ -99,17 +122,25 @@ def index_tar(fh: BinaryIO, display: str, archive_size: int, suffix: str = ".npz
         raise BadInput(display, None, f"not a readable uncompressed tar archive ({exc})") from None
     latest: dict[str, TarMember | BadInput] = {}  # by member_key, in the order of the winning copies
     damage: list[BadInput] = []
+    headers = 0  # every member header read so far: folders, other files and refused members included
     try:
         while True:
             try:
                 info = tf.next()
             except (tarfile.TarError, OSError, EOFError) as exc:
                 # the members indexed so far are read; what follows is refused as one entry
+                kept = sum(isinstance(m, TarMember) for m in latest.values())
                 damage.append(BadInput(display, None, f"the tar archive is corrupt or truncated after "
-                                       f"{sum(isinstance(m, TarMember) for m in latest.values())} members ({exc})"))
+                                       f"{headers} members ({kept} {suffix} members are read) ({exc})"))
                 break
-            if info is None:
+            if info is None:  # tarfile also stops here at an invalid header after the first: look past it
+                problem = _past_the_end(fh, tf.offset, archive_size)
+                if problem is not None:
+                    kept = sum(isinstance(m, TarMember) for m in latest.values())
+                    damage.append(BadInput(display, None, f"the tar archive is corrupt after {headers} members "
+                                           f"({kept} {suffix} members are read): {problem}"))
                 break
+            headers += 1
             tf.members.clear()  # headers only: keep no TarInfo per member (7,868 in npz_all.tar)
             where = f"{display}!{info.name}"
             if info.isdir():
