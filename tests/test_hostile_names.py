@@ -231,6 +231,14 @@ def test_long_stems_build_and_resume(tmp_path, monkeypatch, length):
     assert {f"layout:xla:random:{long_layout}", f"tile:xla:{long_tile}"} <= ids
     v = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(clean)])
     assert v.exit_code == 0, v.output
+    # export writes <stem>.npz through a temporary name: it must not outgrow the 255 bytes of a name
+    out = tmp_path / "exported"
+    for _ in range(2):  # the second export compares through a candidate file
+        e = CliRunner().invoke(main, ["export", "--shards", str(clean), "--dst-npz", str(out)])
+        assert e.exit_code == 0, e.output
+    assert (out / f"layout/xla/random/train/{long_layout}.npz").is_file()
+    assert (out / f"tile/xla/train/{long_tile}.npz").is_file()
+    assert not [p for p in out.rglob(".*")], "temporaries left behind"
 
 
 def test_build_into_a_bucket_with_hostile_and_long_names(hostile_src, tmp_path, bucket):

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadShards, UsageError
-from .io.files import sha256_file
+from .io.files import sha256_file, temporary_path
 from .io.npz_writer import StreamedArray, write_npz
 from .io.storage import scheme_of
 from .kernels.base7 import decode_base7
@@ -176,7 +176,7 @@ def _write(target: Path, members: dict[str, Member], overwrite: bool, report: Ex
         return write_npz(target, members)
     if not os.path.isfile(target) or os.path.islink(target):
         raise UsageError(f"--dst-npz: {target} exists and is not a regular file; refusing to replace it")
-    candidate = target.with_name(f".{target.name}.export-{os.getpid()}")
+    candidate = temporary_path(target, "export")
     try:
         size = write_npz(candidate, members)
         if filecmp.cmp(candidate, target, shallow=False):

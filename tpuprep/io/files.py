@@ -22,9 +22,18 @@ TEMPORARY = re.compile(r"\.(.+)\.tmp(?:-\d+)?")
 group 1 is the name of the file being written."""
 
 
-def temporary_path(path: Path) -> Path:
-    """The temporary name beside ``path`` for this process: ``.<name>.tmp-<pid>``."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+NAME_MAX = 255
+"""Bytes a file name may have on the file systems tpuprep writes to (ext4, xfs, btrfs, tmpfs)."""
+
+
+def temporary_path(path: Path, tag: str = "tmp") -> Path:
+    """The temporary name beside ``path`` for this process: ``.<name>.<tag>-<pid>``; for a name too
+    long to take the prefix and suffix (an input stem may have 251 characters), ``.<digest>.<tag>-<pid>``
+    with the first 32 hex digits of the name's SHA-256, so a temporary never exceeds ``NAME_MAX``."""
+    name = f".{path.name}.{tag}-{os.getpid()}"
+    if len(os.fsencode(name)) > NAME_MAX:
+        name = f".{hashlib.sha256(os.fsencode(path.name)).hexdigest()[:32]}.{tag}-{os.getpid()}"
+    return path.with_name(name)
 
 
 @contextmanager
