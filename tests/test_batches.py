@@ -140,6 +140,19 @@ def test_unique_config_columns_refuse_a_misnumbered_inverse(ds):
         unique_config_columns(replace(s, config_inverse=swapped))
 
 
+def test_unique_config_columns_are_read_only_for_an_empty_graph_too(ds):
+    from dataclasses import replace
+
+    s = ds.load_graph(ds.graph_ids(LAYOUT, "train")[0], configs=False)
+    for runtimes in (np.zeros(0, np.int64), None):  # a split with runtimes, and test
+        cols = unique_config_columns(replace(s, config_inverse=np.zeros(0, np.int64),
+                                             config_runtime_original=runtimes))
+        arrays = [v for v in cols.values() if v is not None]
+        assert len(arrays) == (4 if runtimes is not None else 2)
+        assert all(len(v) == 0 and not v.flags.writeable for v in arrays)
+        assert len({id(v) for v in arrays}) == len(arrays)  # no array shared between two columns
+
+
 def test_read_configs_with_columns_reads_codes_only_and_gives_the_same_sample(ds, monkeypatch):
     seen = _spy_columns(monkeypatch)
     for gid in ds.graph_ids(LAYOUT):

@@ -66,10 +66,10 @@ def unique_config_columns(structure: LayoutStructure) -> dict[str, np.ndarray | 
     if structure.kind != "layout":
         raise ValueError(f"{structure.graph_id} is a tile graph: only layout columns are derived")
     if not len(inverse):
-        empty = np.zeros(0, np.int64)
-        return {"group_size": empty.astype(np.int32), "first_index": empty.astype(np.int32),
-                "runtime": None if structure.config_runtime_original is None else empty,
-                "runtime_spread": None if structure.config_runtime_original is None else empty}
+        timed = structure.config_runtime_original is not None
+        return _frozen({"group_size": np.zeros(0, np.int32), "first_index": np.zeros(0, np.int32),
+                        "runtime": np.zeros(0, np.int64) if timed else None,
+                        "runtime_spread": np.zeros(0, np.int64) if timed else None})
     running = np.maximum.accumulate(inverse)
     first = np.flatnonzero(np.r_[True, running[1:] > running[:-1]])
     if inverse[0] != 0 or not np.array_equal(inverse[first], np.arange(len(first))):
@@ -86,7 +86,12 @@ def unique_config_columns(structure: LayoutStructure) -> dict[str, np.ndarray | 
         runtimes = np.asarray(structure.config_runtime_original, np.int64)[order]
         out["runtime"] = np.minimum.reduceat(runtimes, starts)
         out["runtime_spread"] = np.maximum.reduceat(runtimes, starts) - out["runtime"]
-    for value in out.values():
+    return _frozen(out)
+
+
+def _frozen(columns: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | None]:
+    """``columns`` with every array made read-only (as every array a ``GraphRecord`` hands out)."""
+    for value in columns.values():
         if value is not None:
             value.flags.writeable = False
-    return out
+    return columns
