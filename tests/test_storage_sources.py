@@ -177,6 +177,19 @@ def test_a_damaged_archive_counts_every_member_before_the_damage(tree, tmp_path)
         "not read"]
 
 
+def test_archives_concatenated_with_cat_are_not_silently_cut(tree, tmp_path):
+    """``cat a.tar b.tar``: b's members sit behind a's end marker (tar -x stops there too): refused."""
+    files = _npz(tree, "tile/xla/train")[:2]
+    a, b = _tar(tmp_path / "a.tar", tree, files[:1]), _tar(tmp_path / "b.tar", tree, files[1:])
+    both = a.read_bytes() + b.read_bytes()
+    with io.BytesIO(both) as fh:
+        members, refused = index_tar(fh, "ab.tar", len(both))
+    assert [m.name for m in members] == ["npz/" + files[0].relative_to(tree).as_posix()]
+    assert len(refused) == 1
+    assert f"data follows its end-of-archive marker at byte {a.stat().st_size}" in str(refused[0])
+    assert "not read" in str(refused[0])
+
+
 def test_a_damaged_header_in_the_middle_is_refused_not_silently_ended(tree, tmp_path):
     """tarfile ends its listing at an invalid header after the first member: the members behind it
     must be reported, not dropped with exit 0."""

@@ -97,8 +97,11 @@ def _past_the_end(fh: BinaryIO, offset: int, archive_size: int) -> str | None:
             return f"it ends at byte {at}, before its declared size of {archive_size} bytes"
         if chunk.count(0) != len(chunk):
             first = at + next(i for i, b in enumerate(chunk) if b)
-            return (f"byte {first} is not a valid member header nor the zero end of the archive "
-                    f"(a damaged header?); the members after it are not read")
+            if first == offset:
+                return (f"byte {first} is not a valid member header nor the zero end of the archive "
+                        f"(a damaged header?); the members after it are not read")
+            return (f"data follows its end-of-archive marker at byte {first} (archives concatenated with "
+                    f"cat? tar -x also stops at the marker unless --ignore-zeros); it is not read")
         at += len(chunk)
     return None
 
