@@ -245,3 +245,40 @@ def test_a_dead_holder_on_this_host_is_stale_at_once():
     assert not locks.lock_is_stale(info | {"pid": os.getpid()})
     assert not locks.lock_is_stale(info | {"host": "elsewhere.example"})
     assert locks.lock_is_stale({}) and locks.lock_is_stale(info | {"renewed": "yesterday"})
+
+
+# ------------------------------------------------------------------- build.py's use of the one path
+
+
+def test_a_local_dst_that_is_a_file_is_refused_and_a_bucket_prefix_beside_an_object_is_not(dst):
+    from tpuprep.build import inspect_destination
+
+    if dst.is_local:
+        os.makedirs(os.path.dirname(dst.root), exist_ok=True)
+        with open(dst.root, "wb") as fh:
+            fh.write(b"a file")
+        with pytest.raises(UsageError, match=f"--dst {dst.display} exists and is not a folder"):
+            inspect_destination(dst, resume=False, overwrite=False)
+        return
+    parent = resolve(dst.url().rsplit("/", 1)[0])
+    parent.write_bytes("out", b"an object named like the prefix")  # not under it: the prefix is empty
+    assert inspect_destination(dst, resume=False, overwrite=False).empty
+
+
+def test_a_sidecar_that_is_a_link_is_not_a_finished_batch(tmp_path):
+    from tpuprep.build import _reusable, plan_batches, process_batch
+    from tpuprep.inputs import discover
+    from tpuprep.options import BuildOptions
+    from tpuprep.shards.layout import sidecar_relpath
+    from tpuprep.synth import synthesize
+
+    synthesize(tmp_path / "src", "tiny", 0, collections=["layout:xla:random"])
+    inputs, _ = discover(tmp_path / "src" / "npz", ["layout:xla:random"], ["train"])
+    batch = plan_batches(inputs)[0]
+    staging = resolve(tmp_path / "out" / ".tpuprep")
+    process_batch(batch, BuildOptions(), staging)
+    assert _reusable(batch, BuildOptions(), staging) is not None
+    sidecar = staging.path(sidecar_relpath(batch[0].relpath))
+    os.rename(sidecar, tmp_path / "elsewhere.json")
+    os.symlink(tmp_path / "elsewhere.json", sidecar)
+    assert _reusable(batch, BuildOptions(), staging) is None  # never followed
