@@ -413,7 +413,7 @@ def test_a_shard_with_first_graph_after_last_graph_is_refused(shards):
 @pytest.mark.parametrize("folder", ["mydata", "layout/xla/random/notes", ".tpuprep/parts/mine"])
 @pytest.mark.parametrize("flag", [None, "--overwrite", "--resume"])
 def test_a_foreign_folder_in_dst_is_refused_and_kept(tree, tmp_path, folder, flag):
-    """Planted: ``destination.scan`` no longer counts an unknown folder as foreign, so a --dst holding
+    """Planted: ``destination.contents`` no longer counts an unknown folder as foreign, so a --dst holding
     only someone's (empty or not) folder looked empty, and --overwrite went ahead."""
     dst = tmp_path / "out"
     if flag:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,38 @@ def test_overwrite_deletes_the_old_manifest_before_any_shard_locally_too(tiny_la
     assert shards and deleted.index("manifest.json") < min(shards)
     after = {p.relative_to(dst).as_posix(): p.read_bytes() for p in dst.rglob("*") if p.is_file()}
     assert after == before  # and the rebuilt folder is the same
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_a_stale_temporary_of_this_pid_does_not_stop_a_local_write(tmp_path, exclusive):
+    """A crashed earlier process with this same pid left ``.<name>.tmp-<pid>``: the write removes it
+    (a link in its place only unlinked, never followed) instead of reporting the file as existing."""
+    store = resolve(tmp_path / "root")
+    store.makedirs()
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"secret")
+    stale = Path(store.path(f".lock.tmp-{os.getpid()}"))
+    stale.write_bytes(b"half written")
+    store.write_bytes("lock", b"mine", exclusive=exclusive)
+    assert store.read_bytes("lock") == b"mine" and os.listdir(store.root) == ["lock"]
+    os.symlink(secret, store.path(f".m.json.tmp-{os.getpid()}"))
+    store.write_bytes("m.json", b"{}", exclusive=exclusive)
+    assert store.read_bytes("m.json") == b"{}" and secret.read_bytes() == b"secret"
+    assert sorted(os.listdir(store.root)) == ["lock", "m.json"]
+    with pytest.raises(FileExistsError):  # the file itself still is never replaced
+        store.write_bytes("lock", b"again", exclusive=True)
+
+
+def test_a_local_read_never_follows_a_link_or_waits_on_a_fifo(tmp_path):
+    from tpuprep.io.storage import NotARegularFile
+
+    store = resolve(tmp_path / "root")
+    store.makedirs()
+    os.mkfifo(store.path("fifo"))
+    os.symlink(tmp_path, store.path("link"))
+    os.mkdir(store.path("folder"))
+    for rel in ("fifo", "link", "folder"):
+        with pytest.raises(NotARegularFile):
+            store.read_bytes(rel)
+    with pytest.raises(FileNotFoundError):
+        store.read_bytes("missing")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,8 @@ import pytest
 
 from benchmarks.dask_cluster import stop_sessions
 from tpuprep.build import build
-from tpuprep.errors import FatalError, UsageError
+from tpuprep.errors import FatalError
+from tpuprep.io import locks
 from tpuprep.io.storage import resolve
 from tpuprep.shards import destination
 from tpuprep.shards.layout import LOCK, MANIFEST, STAGING
@@ -215,46 +215,23 @@ def test_the_lock_object_refuses_a_live_holder_and_takes_over_a_stale_one(bucket
     busy = run_cli("build", "--src", str(tiny_src), "--dst", url, "-q")
     assert busy.returncode == 2 and "being written by another tpuprep build" in busy.stderr
     assert "elsewhere.example" in busy.stderr and objects(url) == {LOCK: json.dumps(live).encode()}
-    stale = live | {"renewed": time.time() - destination.LOCK_STALE_SECONDS - 60}
+    stale = live | {"renewed": time.time() - locks.LOCK_STALE_SECONDS - 60}
     store.write_bytes(LOCK, json.dumps(stale).encode())
     done = run_cli("build", "--src", str(tiny_src), "--dst", url, "-q", "--resume")
     assert done.returncode == 0, done.stderr
     assert objects(url) == tree_bytes(reference)  # taken over, then removed
 
 
-def test_a_running_build_renews_its_lock_and_removes_it_at_the_end(bucket, monkeypatch):
-    monkeypatch.setattr(destination, "LOCK_RENEW_SECONDS", 0.05)
-    store = resolve(f"{bucket}/renewed")
-    with destination.StoreLock.acquire(store) as lock:
-        first = json.loads(store.read_bytes(LOCK))["renewed"]
-        deadline = time.monotonic() + 30
-        while json.loads(store.read_bytes(LOCK))["renewed"] == first and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert json.loads(store.read_bytes(LOCK))["renewed"] > first and lock.held()
-        with pytest.raises(UsageError, match="being written by another tpuprep build"):
-            destination.StoreLock.acquire(store)
-    assert store.listing() == []
-
-
-def test_a_dead_holder_on_this_host_is_taken_over_at_once():
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    info = {"owner": "x", "pid": dead.pid, "host": socket.gethostname(), "renewed": time.time()}
-    assert destination.lock_is_stale(info)
-    assert not destination.lock_is_stale(info | {"pid": os.getpid()})
-    assert not destination.lock_is_stale(info | {"host": "elsewhere.example"})
-
-
 def test_the_build_stops_before_publishing_when_its_lock_was_taken_over(bucket, tiny_src, monkeypatch):
     url = f"{bucket}/stolen"
-    real = destination.StoreLock.acquire
+    real = destination.Lock.acquire
 
     def acquire_then_lose(store):
         lock = real(store)
         store.write_bytes(LOCK, json.dumps({"owner": "thief", "renewed": time.time()}).encode())
         return lock
 
-    monkeypatch.setattr(destination.StoreLock, "acquire", staticmethod(acquire_then_lose))
+    monkeypatch.setattr(destination.Lock, "acquire", staticmethod(acquire_then_lose))
 
     with pytest.raises(FatalError, match="took over this build's lock"):
         build(tiny_src, url)

@@ -49,10 +49,10 @@ from .inputs import (
 )
 from .io.archive import is_archive_name
 from .io.files import looks_like_url, sha256_stream
-from .io.storage import Store, resolve, scheme_of, without_credentials
+from .io.storage import NotARegularFile, Store, resolve, scheme_of, without_credentials
 from .options import BuildOptions
 from .shards import destination
-from .shards.destination import Contents, DestinationLock, StoreLock
+from .shards.destination import Contents, Lock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
 from .shards.manifest import build_manifest, write_manifest
 from .shards.schema import SCHEMA_VERSION
@@ -311,14 +311,15 @@ def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: 
     """
     if resume and overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
-    if dst.is_local and os.path.lexists(dst.root) and not os.path.isdir(dst.root):
+    if dst.root_not_a_folder:
         raise UsageError(f"--dst {dst.display} exists and is not a folder")
     dst.check_reachable()
     if not locked:
-        destination.probe_lock(dst)
+        destination.probe(dst)
     contents = destination.contents(dst)
-    return _check_contents(dst.display, contents, destination.selection(dst) if resume else set(), resume,
-                           overwrite, collections, splits)
+    # the manifest is read only when it is one of tpuprep's files (never a link or a FIFO)
+    manifest_held = destination.selection(dst) if resume and MANIFEST in contents.files else set()
+    return _check_contents(dst.display, contents, manifest_held, resume, overwrite, collections, splits)
 
 
 def _check_contents(dst: Path | str, contents: Contents, manifest_held: set[tuple[str, str]], resume: bool,
@@ -368,10 +369,9 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dic
         return None
     except (ValueError, UnicodeDecodeError):
         return None
-    except OSError:
-        if not staging.is_local:
-            raise  # a refused request is an error, not an unfinished batch
+    except NotARegularFile:
         return None  # e.g. a link where the sidecar should be: not a finished batch
+    # another OSError (a refused request) is an error, not an unfinished batch
     if not isinstance(done, dict) or done.get("fingerprint") != _fingerprint(batch, opts):
         return None
     parts = done.get("parts")
@@ -478,7 +478,7 @@ def store_errors(store: Store) -> Iterator[None]:
     """Turn a failed request to an object ``store`` (missing bucket, permission refused, network) into
     one FatalError line naming the URL. Locally an ``OSError`` keeps its own line (the CLI's guard
     names the file and the errno)."""
-    if store.is_local:
+    if store.os_errors_name_files:
         yield
         return
     try:
@@ -508,7 +508,7 @@ def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progr
 
 def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputFile],
                   refused_records: list[dict], runner, resume: bool, notify: Progress,
-                  lock: DestinationLock | StoreLock | None = None) -> BuildReport:
+                  lock: Lock | None = None) -> BuildReport:
     """The build proper, with ``dst`` locked (``lock``, checked before publishing) and prepared."""
     from .runners.local import SerialRunner
 
@@ -565,7 +565,7 @@ def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputF
     return BuildReport(manifest, all_records, reused=frozenset(reused))
 
 
-def _publish(dst: Store, manifest: dict, lock: DestinationLock | StoreLock | None) -> None:
+def _publish(dst: Store, manifest: dict, lock: Lock | None) -> None:
     """Write the quarantine list, the card and, last, the manifest (``lock`` checked just before it
     goes out: an object store's lock may have been taken over)."""
     from .shards.card import write_card

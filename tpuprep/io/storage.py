@@ -17,13 +17,15 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import errno
 import io
 import os
 import posixpath
 import re
 import shutil
+import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import FatalError, UsageError
 from .files import atomic_path, looks_like_url, place, temporary_path
+from .locks import FileLock, LeaseLock
 from .window import ByteWindow
 
 if TYPE_CHECKING:  # fsspec and pyarrow are imported only when a URL is used
@@ -60,6 +63,26 @@ class Store:
     @property
     def is_local(self) -> bool:
         return self.fs is None
+
+    @property
+    def writes_temporaries(self) -> bool:
+        """Whether files are written under a temporary name and renamed (locally: a killed writer may
+        leave ``.<name>.tmp-<pid>`` behind); an object appears only when complete, so an object store
+        holds no temporaries of tpuprep's."""
+        return self.is_local
+
+    @property
+    def root_not_a_folder(self) -> bool:
+        """Whether something that is not a folder (a file, a link to one) sits where the local root
+        folder must be; never in an object store (a prefix is not an object)."""
+        return self.is_local and os.path.lexists(self.root) and not os.path.isdir(self.root)
+
+    @property
+    def os_errors_name_files(self) -> bool:
+        """Whether an ``OSError`` from this store names a file on this machine with its errno (the
+        CLI's guard prints it as it is); an object store's failures are refused requests, which a
+        caller names by the URL instead."""
+        return self.is_local
 
     def path(self, *parts: str) -> str:
         """The store path of ``parts`` below the root (POSIX separators remotely)."""
@@ -123,6 +146,18 @@ class Store:
         """The store rooted at ``rel`` below this one (same filesystem)."""
         return dataclasses.replace(self, root=self.path(rel), display=f"{self.display.rstrip('/')}/{rel}")
 
+    def walk(self, enter: Callable[[str], bool]) -> list[tuple[str, str]]:
+        """Every entry below the root as (POSIX path relative to it, kind), sorted: kind ``"file"``
+        (a regular file; every object of an object store), ``"folder"`` (locally; the folder's own
+        entries follow it only when ``enter(rel)``), ``"link"`` (a symbolic link, never followed) or
+        ``"other"`` (a FIFO, socket or device). [] when the local root is missing. An object store has
+        no folders: its objects are listed whatever their prefix (``enter`` is not asked)."""
+        if not self.is_local:
+            return [(rel, "file") for rel in self.listing()]
+        if not os.path.isdir(self.root):
+            return []
+        return _local_walk(self.root, "", enter)
+
     def listing(self) -> list[str]:
         """Every file (object) below the root as sorted POSIX paths relative to it (fresh: no cached
         listing; locally every entry that is not a folder: regular files, links (none followed), FIFOs,
@@ -143,9 +178,19 @@ class Store:
         return bool(self.fs.exists(self.path(rel)))
 
     def read_bytes(self, rel: str) -> bytes:
-        """The whole file ``rel`` (locally opened with ``O_NOFOLLOW``: a link there is an ``OSError``)."""
+        """The whole file ``rel``. Locally opened with ``O_NOFOLLOW | O_NONBLOCK``: a link, FIFO,
+        device or folder there is ``NotARegularFile`` (an ``OSError``), never followed or waited on."""
         if self.is_local:
-            fd = os.open(self.path(rel), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            path = self.path(rel)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EISDIR):
+                    raise NotARegularFile(exc.errno, "not a regular file", path) from None
+                raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise NotARegularFile(errno.EINVAL, "not a regular file", path)
             with open(fd, "rb") as fh:
                 return fh.read()
         return self.fs.cat_file(self.path(rel))
@@ -167,12 +212,12 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not exclusive:
             with atomic_path(path, durable=durable, before_rename=before_commit) as tmp, \
-                    _create(tmp) as fh:
+                    _create_temporary(tmp) as fh:
                 fh.write(data)
             return
         tmp = temporary_path(path)
         try:
-            with _create(tmp) as fh:
+            with _create_temporary(tmp) as fh:
                 fh.write(data)
                 if durable:
                     fh.flush()
@@ -209,16 +254,27 @@ class Store:
             return
         self.fs.copy(self.path(rel), self.path(to))
 
-    def remove(self, rels: list[str]) -> None:
+    def remove(self, rels: list[str], folders: Iterable[str] = ()) -> None:
         """Delete these files (missing ones are ignored; S3 deletes up to 1,000 per request). Locally
         a folder left empty by it is removed too, up to (not including) the root, as a store has no
-        empty folders."""
-        if not rels:
-            return
+        empty folders; then ``folders`` (relative paths) if they are empty, deepest first (one
+        something else was put into meanwhile is kept; another failure, e.g. ``EACCES``, is raised).
+        An object store has no folders."""
         if not self.is_local:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm([self.path(r) for r in rels])
+            if rels:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm([self.path(r) for r in rels])
             return
+        self._remove_local(rels)
+        for rel in sorted(folders, key=lambda r: -r.count("/")):
+            try:
+                os.rmdir(self.path(rel))
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+
+    def _remove_local(self, rels: list[str]) -> None:
+        """Unlink these local files, then prune the folders they leave empty (not the root)."""
         parents = set()
         for rel in rels:
             with contextlib.suppress(FileNotFoundError):
@@ -227,6 +283,14 @@ class Store:
         for parent in sorted(parents, key=lambda p: -p.count("/")):  # deepest first
             with contextlib.suppress(OSError):  # not empty, or gone
                 os.rmdir(self.path(parent))
+
+    def lock_at(self, rel: str) -> FileLock | LeaseLock:
+        """The exclusive lock at the file ``rel`` (not yet taken; ``io.locks``): locally an ``flock``
+        on that file, in an object store a renewed lock object with a staleness rule. Both answer
+        ``holder``, ``take``, ``still_held`` and ``release``."""
+        if self.is_local:
+            return FileLock(self.path(rel))
+        return LeaseLock(self, rel)
 
     def makedirs(self) -> None:
         """Create the root folder (and its parents) locally; nothing in an object store (no folders)."""
@@ -306,16 +370,52 @@ class _Prefetched(ByteWindow):
         return len(data)
 
 
+class NotARegularFile(OSError):
+    """A local entry that is not a regular file (a link, FIFO, device, folder) where one was read."""
+
+
 def _create(path: Path):
     """A new file at ``path`` opened for writing; ``FileExistsError`` if anything (also a link) is there."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     return open(os.open(path, flags, 0o666), "wb")
 
 
+def _create_temporary(tmp: Path):
+    """``_create`` for this process's temporary ``tmp`` (``.<name>.tmp-<pid>``). One already there
+    was left by an earlier process with the same pid that died while writing (this process, the
+    only live one with that pid, is not writing it): removed (a link only unlinked), then created."""
+    try:
+        return _create(tmp)
+    except FileExistsError:
+        tmp.unlink(missing_ok=True)
+        return _create(tmp)
+
+
 def _parents(rel: str) -> list[str]:
     """The folders above ``rel`` (POSIX, relative to the root), deepest first: ``a/b/c`` → ``a/b``, ``a``."""
     parts = rel.split("/")[:-1]
     return ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _local_walk(root: str, rel: str, enter: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """``Store.walk`` of the local folder ``root`` from its subfolder ``rel`` (sorted by name, a
+    folder before its entries; no link followed)."""
+    out: list[tuple[str, str]] = []
+    with os.scandir(os.path.join(root, rel) if rel else root) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        child = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.is_symlink():
+            out.append((child, "link"))
+        elif entry.is_dir(follow_symlinks=False):
+            out.append((child, "folder"))
+            if enter(child):
+                out.extend(_local_walk(root, child, enter))
+        elif entry.is_file(follow_symlinks=False):
+            out.append((child, "file"))
+        else:
+            out.append((child, "other"))
+    return out
 
 
 def _local_listing(root: str) -> list[str]:
