@@ -7,6 +7,8 @@ of it changes both commands at once); discovery takes the resolved ``Source`` an
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,20 @@ def test_discovery_of_a_source_resolves_nothing_again(tree, monkeypatch):
     monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
     inputs, refused = discover(source, ["layout"])
     assert [i.relpath for i in inputs] == [f"{L}/g1.npz", "layout/xla/random/valid/g2.npz"] and not refused
+
+
+# ------------------------------------------------------------- names shown with display_name
+
+
+def test_an_unsafe_file_name_is_shown_with_the_escapes_of_every_other_message(tree, tmp_path):
+    name = os.fsdecode(b"bad\x80name")  # a byte that is not UTF-8 (a lone surrogate once decoded)
+    write(tree, f"{L}/{name}.npz", layout_arrays(4))
+    (refusal,) = discover(tree)[1]
+    assert "'bad\\x80name' is not a safe graph id" in refusal.problem and "\\udc80" not in refusal.problem
+    result = _cli("build", "--src", str(tree), "--dst", str(tmp_path / "out"), "-q")
+    assert result.exit_code == 3, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "safe graph id" in line]
+    assert line == f"quarantined: {L}/bad\\x80name.npz: file name 'bad\\x80name' is not a safe graph id " \
+                   "(letters, digits and . _ + - only)"
+    (entry,) = [json.loads(x) for x in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert entry["error"].startswith("file name 'bad\\x80name' is not") and "\\udc80" not in entry["error"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
 
-from .errors import BadInput, FatalError, UsageError
+from .errors import BadInput, FatalError, UsageError, display_name
 from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
 from .io.storage import Store, resolve, scheme_of
 from .limits import scale as limit_scale
@@ -545,7 +545,7 @@ def _collect(source: Source, place: Callable[[_Entry, bool], Place | BadInput | 
         kind, coll, sp, relpath = where
         stem = e.parts[-1][:-4]
         if not is_safe_stem(stem):
-            refused.append(BadInput(e.path, None, f"file name {stem!r} is not a safe graph id "
+            refused.append(BadInput(e.path, None, f"file name '{display_name(stem)}' is not a safe graph id "
                                     "(letters, digits and . _ + - only)"))
             continue
         found.append(InputFile(graph_id_of(coll, stem), relpath, e.path, kind, coll, sp, stem, e.size,
