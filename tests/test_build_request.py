@@ -138,6 +138,8 @@ def test_both_commands_are_refused_with_the_same_line(tree, case):
     run = _run_file(base, f'src = "{src}"\ndst = "{dst}"\noverwrite = true\n[cluster]\ntype = "serial"\n')
     by_run = _refusal(_cli("run", str(run), "-q"))
     assert by_cli == by_run and phrase in by_cli
+    if case == "dst is a file":  # and so is run's --dst override (no check of its own in the command)
+        assert _refusal(_cli("run", str(run), "--dst", str(base / dst), "-q")) == by_cli
     assert sorted(p for p in base.rglob("*") if p != run) == before  # nothing written
 
 
