@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,28 @@ def test_discovery_of_a_source_resolves_nothing_again(tree, monkeypatch):
     monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
     inputs, refused = discover(source, ["layout"])
     assert [i.relpath for i in inputs] == [f"{L}/g1.npz", "layout/xla/random/valid/g2.npz"] and not refused
+
+
+def _tar_of(tree: Path, path: Path) -> Path:
+    with tarfile.open(path, "w") as tf:
+        for f in sorted(tree.rglob("*.npz")):
+            tf.add(f, arcname="npz/" + f.relative_to(tree).as_posix())
+    return path
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_inputs_are_opened_without_classifying_their_origin_again(tree, tmp_path, monkeypatch, request, where):
+    """An archive member (local or in a bucket) is opened as its ``Source`` said at listing time: its
+    ``Origin`` carries whether it is remote, so no task decides it again from the URL's text."""
+    tar = _tar_of(tree, tmp_path / "npz_all.tar")
+    if where == "bucket":
+        bucket = request.getfixturevalue("bucket")
+        tar = upload_folder(tmp_path, bucket) + "/npz_all.tar"
+    build_request = make_request(tar, tmp_path / "out")
+    monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
+    report = tpuprep.build.build(build_request)
+    assert len(report.converted) == 3 and not report.quarantined
+    assert {r["archive"] for r in report.records} == {"npz_all.tar"}
 
 
 # ------------------------------------------------------------- names shown with display_name

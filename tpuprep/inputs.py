@@ -12,6 +12,7 @@ outside such a tree is built with ``--collection``/``--split`` saying what its f
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import stat
@@ -51,7 +52,8 @@ class Origin:
     (``<size>:<mtime ns>`` locally, the ETag or modification time remotely; part of the --resume
     fingerprint); archive: how the manifest names the archive (its path relative to --src, or its
     base name when --src is the archive; None for an object); storage_options: the fsspec options
-    of the store (never shown, compared or recorded).
+    of the store (never shown, compared or recorded); remote: ``url`` is in an object store (set
+    from the ``Source`` it was listed from: nothing decides it again from the string).
     """
 
     url: str
@@ -60,6 +62,7 @@ class Origin:
     version: str = ""
     archive: str | None = None
     storage_options: dict | None = field(default=None, compare=False, repr=False)
+    remote: bool = False
 
 
 @dataclass(frozen=True, order=True)
@@ -85,7 +88,7 @@ class InputFile:
         """The local file whose bytes a task reads (the file itself or its archive), None if remote."""
         if self.origin is None:
             return Path(self.path)
-        return None if scheme_of(self.origin.url) else Path(self.origin.url)
+        return None if self.origin.remote else Path(self.origin.url)
 
     def describe(self) -> dict:
         """The manifest's record of where the input came from when it is an archive member:
@@ -282,8 +285,7 @@ def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin,
 
 def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
     return _Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
-                  Origin(origin.url, m.name, m.offset, origin.version, origin.archive,
-                         origin.storage_options))
+                  dataclasses.replace(origin, member=m.name, offset=m.offset))
 
 
 def _local_archive(path: Path, archive: str, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
@@ -421,10 +423,12 @@ def _remote_entries(store: Store, storage_options: dict | None,
         url = f"{store.protocol}://{key}"
         if name.endswith(".npz") and not single:
             entries.append(_Entry(tuple(key.split("/")), url, int(meta["size"]),
-                                  Origin(url, version=_version(meta), storage_options=storage_options)))
+                                  Origin(url, version=_version(meta), storage_options=storage_options,
+                                         remote=True)))
         elif is_archive_name(name):
             archive = name if single else key[len(store.root):].lstrip("/")
-            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options)
+            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options,
+                            remote=True)
             try:
                 with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
                     found, bad = _archive_entries(fh, url, int(meta["size"]), origin, skipped)
@@ -590,7 +594,7 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     if o is None:
         fh, st = open_input(Path(inp.path))
         return fh, [st.st_size, st.st_mtime_ns]
-    if scheme_of(o.url) is None:
+    if not o.remote:
         fh, st = open_input(Path(o.url))
         if o.offset + inp.size > st.st_size:
             fh.close()
