@@ -95,7 +95,14 @@ def test_the_cli_and_a_run_file_make_equal_requests_for_a_bucket(tree, tmp_path,
     run = _run_file(tmp_path, f'src = "{src}"\ndst = "{dst}"\nsplits = ["train"]\n[cluster]\ntype = "serial"\n')
     result = _cli("run", str(run), "--dry-run")
     assert result.exit_code == 0, result.output
-    cli, from_file = requests
+    # the same URLs as command-line overrides (click's Path type squeezes s3:// into s3:/ on the way)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = _run_file(elsewhere, 'src = "npz"\ndst = "out"\nsplits = ["train"]\n[cluster]\ntype = "serial"\n')
+    result = _cli("run", str(other), "--src", src, "--dst", dst, "--dry-run")
+    assert result.exit_code == 0, result.output
+    cli, from_file, overridden = requests
+    assert overridden == from_file
     # the one difference a command's flags and a run file's [cluster] table mean to make: tpuprep build's
     # one worker follows DASK_SCHEDULER_ADDRESS when it is set, a run file's serial cluster does not
     assert cli.cluster == ClusterSpec("serial", scheduler_from_env=True) != from_file.cluster

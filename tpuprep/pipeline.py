@@ -235,12 +235,22 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
         raise _fail(path, key, "must not be empty")
     if "\0" in text:
         raise _fail(path, key, f"contains a NUL byte, which no path can hold: {text!r}")
-    if looks_like_url(text):
-        if url:
-            return text
+    where = _location(text, path.parent)
+    if isinstance(where, str) and not url:
         raise _fail(path, key, f"{text} looks like a URL: give a local path")
+    return where
+
+
+def _location(text: str | os.PathLike, base: Path) -> Path | str:
+    """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
+    tells a URL from a path: a URL stays a string (``s3:/b``, as click's Path type squeezes
+    ``s3://b``, gets its ``//`` back); a relative path is resolved against ``base`` (the run file's
+    folder, or the current folder for an override). ``make_request`` then resolves either once."""
+    text = os.fspath(text)
+    if looks_like_url(text):
+        return text if "://" in text else text.replace(":/", "://", 1)
     p = Path(text)
-    return p if p.is_absolute() else (path.parent / p).resolve()
+    return p if p.is_absolute() else (base / p).resolve()
 
 
 def _storage_options(path: Path, key: str, value: Any) -> Any:
@@ -365,8 +375,8 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     for key, value in (("src", src), ("dst", dst)):
         if value is None:
             continue
-        changes[key] = _url(value) if looks_like_url(value) else Path(value).resolve()
-        if not looks_like_url(value):  # the run file's storage options belong to its URL
+        changes[key] = _location(value, Path.cwd())
+        if isinstance(changes[key], Path):  # the run file's storage options belong to its URL
             changes[f"{key}_storage_options"] = {}
     if resume:
         changes |= {"resume": True, "overwrite": False}
@@ -382,12 +392,6 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     if cluster is not p.cluster:
         changes["cluster"] = cluster
     return dataclasses.replace(p, **changes) if changes else p
-
-
-def _url(value: str | Path) -> str:
-    """A URL given on the command line (click's Path type squeezes ``s3://b`` into ``s3:/b``)."""
-    text = os.fspath(value)
-    return text if "://" in text else text.replace(":/", "://", 1)
 
 
 def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False, converter: bool = False):
