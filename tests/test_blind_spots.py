@@ -481,7 +481,7 @@ def test_resume_converts_again_an_input_changed_since_it_was_staged(tree, tmp_pa
 
 
 def test_a_missing_src_is_named_as_missing(tmp_path):
-    """Planted: check_source's existence test dropped (the next check then says something else)."""
+    """Planted: resolve_source's existence test dropped (the next check then says something else)."""
     code, out = _build("--src", str(tmp_path / "nowhere"), "--dst", str(tmp_path / "out"))
     assert code == 2
     assert f"error: --src {tmp_path / 'nowhere'} does not exist" in out

@@ -3,7 +3,7 @@ suite's blind spots): a sibling whose name merely starts with the folder's (``<f
 
 One test per check in tpuprep/: the reader's shard paths from the manifest (``Dataset.shard_path``), the
 export's target files (``export._inside``) and its shard-folder test, the build's --src/--dst overlap
-(``build._overlap`` through ``check_paths``) and the commands' output check (``cli.outputs.within``).
+(``request.overlap`` through ``make_request``) and the commands' output check (``cli.outputs.within``).
 Each must refuse (or allow) on the sibling exactly as a path test does; with ``str.startswith`` in its place
 each of these tests fails. (Archive members are read in place and never become paths, so they have no such
 check; ``manifest._check_shard`` compares against a folder that ends in ``/``, which is a path test.)"""
@@ -18,11 +18,12 @@ from click.testing import CliRunner
 from npzfactory import layout_arrays, tile_arrays, write
 
 from tpuprep import open_dataset
-from tpuprep.build import build, check_paths
+from tpuprep.build import build
 from tpuprep.cli import main
 from tpuprep.cli.outputs import check_output, within
 from tpuprep.errors import BadShards, UsageError
 from tpuprep.export import _inside, export
+from tpuprep.request import make_request
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +67,10 @@ def test_export_into_a_sibling_of_the_shard_folder_is_allowed(built, tmp_path):
 def test_build_into_a_sibling_of_its_source_is_allowed(built):
     src = built / "npz"
     sibling = built / "npz-evil"
-    assert check_paths(src, sibling) == (src.resolve(), sibling.resolve())
+    request = make_request(src, sibling)
+    assert (request.source.location, request.destination.root) == (src.resolve(), str(sibling.resolve()))
     with pytest.raises(UsageError, match="overlap"):
-        check_paths(src, src / "shards")
+        make_request(src, src / "shards")
     result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(sibling), "-q"])
     assert result.exit_code == 0, result.output
 

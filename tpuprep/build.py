@@ -6,12 +6,13 @@ merges the parts of each (collection, split) into shards, in graph-id order. Las
 ``quarantine.jsonl``, the dataset card and ``manifest.json``. The staging folder ``<dst>/.tpuprep``
 holds the finished parts, so ``--resume`` after a crash redoes only unfinished files.
 
-Before anything is written, the paths are checked (``--src`` is a local folder, ``--src`` and
-``--dst`` do not overlap), the selection is checked, and ``--dst`` is locked and inspected
-(``destination``): a build deletes only what tpuprep wrote and refuses a folder holding anything else.
+A build carries out a ``request.BuildRequest``: ``--src`` and ``--dst`` resolved once and checked by
+``request.make_request`` (for ``tpuprep build``, ``tpuprep run`` and the keyword form of ``build``
+alike). Before anything is written, ``--dst`` is locked and inspected (``destination``): a build
+deletes only what tpuprep wrote and refuses a folder holding anything else.
 
 ``--dst`` may be an object-store URL (``s3://bucket/prefix``, any fsspec protocol), resolved once by
-``io.storage.resolve``: the same steps run with the ``Store`` in place of the folder. Tasks (on any
+``make_request``: the same steps run with the ``Store`` in place of the folder. Tasks (on any
 runner, e.g. Dask workers without a shared filesystem) receive the staging ``Store`` and upload their
 parts themselves; the merge tasks copy and upload the shards; this process writes only the quarantine
 list, the card and, last, the manifest, so a reader never sees a half build. A missing bucket or a
@@ -24,12 +25,10 @@ import contextlib
 import dataclasses
 import functools
 import json
-import os
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from . import limits
 from .convert import ConvertedGraph, convert_file
@@ -37,20 +36,19 @@ from .errors import BadInput, FatalError, UsageError, one_line
 from .faults import checkpoint
 from .inputs import (
     InputFile,
+    Source,
     Stamp,
     Unplaced,
-    check_assignment,
-    check_selection,
     current_stamp,
     discover,
     inventory,
     open_source,
     reopened_stamp,
 )
-from .io.archive import is_archive_name
-from .io.files import looks_like_url, sha256_stream
-from .io.storage import NotARegularFile, Store, resolve, scheme_of, without_credentials
+from .io.files import sha256_stream
+from .io.storage import NotARegularFile, Store, without_credentials
 from .options import BuildOptions
+from .request import BuildRequest, make_request
 from .shards import destination
 from .shards.destination import Contents, Lock
 from .shards.layout import MANIFEST, QUARANTINE, STAGING, part_name, sidecar_relpath
@@ -215,82 +213,29 @@ def merge_task(kind: str, collection: str, split: str, parts: list[dict], stagin
     return [i.__dict__ for i in infos]
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _overlap(a: Path, b: Path) -> bool:
-    """Whether one of two resolved paths lies inside the other (or they are the same folder), also when
-    one is reached by another name (a bind mount): compared by path, then by device and inode."""
-    if a == b or a in b.parents or b in a.parents:
-        return True
-    ids_a = {i for p in (a, *a.parents) if (i := _identity(p))}
-    ids_b = {i for p in (b, *b.parents) if (i := _identity(p))}
-    return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
-
-
-def check_source(src: str | Path) -> Path | str:
-    """Resolve ``src`` (following links). A URL is returned as it is (``discover`` resolves its store
-    once and reports a missing bucket or key); a local ``src`` (also ``file://``) must be a folder, an
-    ``.npz`` file or a tar archive. Raises UsageError."""
-    if not str(src):
-        raise UsageError("--src must not be empty")
-    if scheme_of(src) not in (None, "file"):
-        return str(src)
-    if scheme_of(src) == "file":
-        src = urlsplit(os.fspath(src)).path
-    src_path = Path(src).resolve()
-    if not src_path.exists():
-        raise UsageError(f"--src {src} does not exist")
-    if not src_path.is_dir() and not (src_path.is_file() and (src_path.name.endswith(".npz")
-                                                              or is_archive_name(src_path.name))):
-        raise UsageError(f"--src {src} is neither a folder, an .npz file nor a tar archive (*.tar)")
-    return src_path
-
-
-def check_paths(src: str | Path, dst: str | Path) -> tuple[Path | str, Path]:
-    """Resolve ``src`` and a local ``dst`` (following links) and refuse a missing ``src`` and any
-    overlap of the two: a build never writes into, or deletes from, its own input. Raises UsageError."""
-    src_path = check_source(src)
-    if not str(dst):
-        raise UsageError("--dst must not be empty")
-    dst_path = Path(dst).resolve()
-    if isinstance(src_path, str):  # a URL: it cannot overlap a local --dst
-        return src_path, dst_path
-    if _overlap(src_path, dst_path):
-        raise UsageError(f"--dst {dst_path} and --src {src_path} overlap (one lies inside the other); "
-                         "a build must not write into its own input: choose a --dst outside --src")
-    return src_path, dst_path
-
-
-def _no_inputs(src: Path | str, collections: list[str] | None, splits: list[str] | None, refused: list,
-               storage_options: dict | None = None, assigned: bool = False) -> None:
+def _no_inputs(source: Source, collections: list[str] | None, splits: list[str] | None, refused: list,
+               assigned: bool = False) -> None:
     """Nothing was selected: name the filter and what exists, say that files outside a TpuGraphs tree
     need --collection/--split, or say there is nothing at all. Returns only when something was refused
     (a symbolic link, a FIFO ...): the build then records it in the quarantine list and exits 3."""
     if collections or splits:
-        everything, _ = discover(src, storage_options=storage_options)
+        everything, _ = discover(source)
         if everything:
             named = " ".join(f"--{flag} {','.join(v)}" for flag, v in (("collections", collections),
                                                                        ("splits", splits)) if v)
-            raise UsageError(f"{named} matches none of the {len(everything)} .npz files under {src}; "
+            raise UsageError(f"{named} matches none of the {len(everything)} .npz files under {source.display}; "
                              f"it holds {inventory(everything)}")
     unplaced = [r for r in refused if isinstance(r, Unplaced)]
     if unplaced:
-        what = "it is not" if isinstance(src, Path) and src.is_file() else \
-            f"none of its {len(unplaced)} .npz files is"
-        raise UsageError(f"--src {src}: {what} in a TpuGraphs tree (.../tile/xla/<split>/ or "
+        what = "it is not" if source.kind in ("npz", "tar") else f"none of its {len(unplaced)} .npz files is"
+        raise UsageError(f"--src {source.display}: {what} in a TpuGraphs tree (.../tile/xla/<split>/ or "
                          ".../layout/<xla|nlp>/<default|random>/<split>/), so its collection and split are "
                          "unknown: say them with --collection and --split (e.g. --collection "
                          "layout:xla:random --split train)")
     if assigned and not refused:
-        raise UsageError(f"no .npz files directly in --src {src}")
+        raise UsageError(f"no .npz files directly in --src {source.display}")
     if not refused:
-        raise UsageError(f"no .npz files under {src} (expected .../tile/xla/<split>/ or "
+        raise UsageError(f"no .npz files under {source.display} (expected .../tile/xla/<split>/ or "
                          ".../layout/<xla|nlp>/<default|random>/<split>/)")
 
 
@@ -405,60 +350,46 @@ def _refused_record(exc: BadInput, src: Path | str) -> dict:
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
 
 
-def build(
-    src: str | Path,
-    dst: str | Path,
-    opts: BuildOptions | None = None,
-    *,
-    collections: list[str] | None = None,
-    splits: list[str] | None = None,
-    collection: str | None = None,
-    split: str | None = None,
-    runner=None,
-    resume: bool = False,
-    overwrite: bool = False,
-    dry_run: bool = False,
-    progress: Progress | None = None,
-    storage_options: dict | None = None,
-    src_storage_options: dict | None = None,
-) -> BuildReport:
-    """Convert every TpuGraphs file under ``src`` into shards under ``dst`` (docs/spec.md §3, §5).
+def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opts: BuildOptions | None = None,
+          *, runner=None, progress: Progress | None = None, **fields) -> BuildReport:
+    """Carry out a ``BuildRequest`` (``request.make_request``): convert every TpuGraphs file of its
+    source into shards in its destination (docs/spec.md §3, §5). ``runner``: where the tasks run
+    (opened by the caller from ``request.cluster`` with ``request.open_runner``, and closed by it;
+    None: this process); ``progress(event, info)``: see ``cli.common.Progress``.
+
+    Keyword form: ``build(src, dst, opts, collections=..., splits=..., collection=..., split=...,
+    resume=..., overwrite=..., dry_run=..., storage_options=..., src_storage_options=...)`` makes the
+    request with ``make_request`` (its checks, its UsageErrors) and runs the same path.
 
     ``src`` is a TpuGraphs tree (or a collection or split folder of one, or one file in it), a tar
     archive of one or a folder of tars, locally or as a URL, where each file's path says its collection
-    and split, optionally filtered by ``collections``/``splits``; or a plain local ``.npz`` file or flat
+    and split, optionally filtered by ``collections``/``splits``; or a plain ``.npz`` file or flat
     folder of them, all of which are ``collection``/``split`` (both given, never with the filters; see
-    ``inputs.discover``). ``src_storage_options``: the fsspec options of a ``src`` URL's store (e.g.
-    from a run file; the AWS environment variables otherwise).
+    ``inputs.discover``). ``dst`` is a local folder or an object-store URL (``s3://bucket/prefix``).
 
-    ``dst`` is a local folder or an object-store URL (``s3://bucket/prefix``); ``storage_options`` are
-    the fsspec options of its filesystem (endpoint, credentials; never logged or recorded).
-
-    Raises UsageError, before touching anything, for overlapping ``src``/``dst``, an unknown collection
-    or split, a selection that matches no file, files outside a tree without ``collection``/``split``
-    (or a tree with them), or a ``dst`` it may not write (see
+    Raises UsageError, before touching anything, for a selection that matches no file, files outside a
+    tree without ``collection``/``split`` (or a tree with them), or a ``dst`` it may not write (see
     ``inspect_destination``); a dry run makes the same checks. ``dst`` is locked for the whole build.
     A missing bucket or a refused request to the store is a FatalError naming the URL.
     """
-    opts = opts or BuildOptions()
-    store = None
-    if str(dst) and looks_like_url(dst):
-        store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
-    if store is None or store.is_local:  # a folder (also file://): checked against --src, links resolved
-        src, dst_path = check_paths(src, store.root if store is not None else dst)
-        store = resolve(dst_path)
-    else:
-        src = check_source(src)
-    check_selection(collections, splits)
-    check_assignment(collection, split, collections, splits)
+    if not isinstance(request, BuildRequest):
+        request = make_request(request, dst, opts, **fields)
+    elif dst is not None or opts is not None or fields:
+        raise TypeError("build(request) takes the request alone (with runner and progress); "
+                        "make_request makes a request from paths and options")
+    source, store, opts = request.source, request.destination, request.options
+    src, resume, overwrite, dry_run = source.location, request.resume, request.overwrite, request.dry_run
+    collections = list(request.collections) if request.collections else None
+    splits = list(request.splits) if request.splits else None
+    collection, split = request.collection, request.split
     notify = progress or (lambda event, info: None)
     passed_over: list = []
-    inputs, refused = discover(src, collections, splits, src_storage_options, collection=collection,
-                               split=split, skipped=passed_over)
+    inputs, refused = discover(source, collections, splits, collection=collection, split=split,
+                               skipped=passed_over)
     skipped = [{"path": _relative(e.path, src), "reason": e.reason} for e in passed_over]
     notify("skipped", {"skipped": skipped})
     if not inputs:
-        _no_inputs(src, collections, splits, refused, src_storage_options, assigned=collection is not None)
+        _no_inputs(source, collections, splits, refused, assigned=collection is not None)
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
     refused_records = [_refused_record(e, src) for e in refused]

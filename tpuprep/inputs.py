@@ -12,6 +12,7 @@ outside such a tree is built with ``--collection``/``--split`` saying what its f
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import stat
@@ -19,8 +20,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+from urllib.parse import urlsplit
 
-from .errors import BadInput, FatalError, UsageError
+from .errors import BadInput, FatalError, UsageError, display_name
 from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
 from .io.storage import Store, resolve, scheme_of
 from .limits import scale as limit_scale
@@ -50,7 +52,8 @@ class Origin:
     (``<size>:<mtime ns>`` locally, the ETag or modification time remotely; part of the --resume
     fingerprint); archive: how the manifest names the archive (its path relative to --src, or its
     base name when --src is the archive; None for an object); storage_options: the fsspec options
-    of the store (never shown, compared or recorded).
+    of the store (never shown, compared or recorded); remote: ``url`` is in an object store (set
+    from the ``Source`` it was listed from: nothing decides it again from the string).
     """
 
     url: str
@@ -59,6 +62,7 @@ class Origin:
     version: str = ""
     archive: str | None = None
     storage_options: dict | None = field(default=None, compare=False, repr=False)
+    remote: bool = False
 
 
 @dataclass(frozen=True, order=True)
@@ -84,7 +88,7 @@ class InputFile:
         """The local file whose bytes a task reads (the file itself or its archive), None if remote."""
         if self.origin is None:
             return Path(self.path)
-        return None if scheme_of(self.origin.url) else Path(self.origin.url)
+        return None if self.origin.remote else Path(self.origin.url)
 
     def describe(self) -> dict:
         """The manifest's record of where the input came from when it is an archive member:
@@ -92,6 +96,68 @@ class InputFile:
         if self.origin is None or self.origin.member is None:
             return {}
         return {"archive": self.origin.archive, "member": self.origin.member}
+
+
+class MissingSource(UsageError):
+    """A local ``--src`` that does not exist (exit 2); a run file with ``[synth]`` then synthesises it."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """``--src`` resolved once (``resolve_source``) and passed along instead of the string, so nothing
+    downstream decides again whether it is local or a URL.
+
+    ``store``: where it lives (locally rooted at the path with links resolved, else the object-store
+    root); ``kind``: ``"folder"``, ``"npz"`` or ``"tar"`` for a local source, None for a URL (its
+    listing tells); ``storage_options``: the fsspec options of a URL's store (never shown; None when
+    empty)."""
+
+    store: Store
+    kind: str | None = None
+    storage_options: dict | None = field(default=None, repr=False, hash=False)
+
+    @property
+    def is_local(self) -> bool:
+        return self.store.is_local
+
+    @property
+    def location(self) -> Path | str:
+        """The source as records name it: the resolved local ``Path``, or the URL (``scheme://root``,
+        no credentials), which every listed object's URL starts with."""
+        return Path(self.store.root) if self.is_local else self.store.url()
+
+    @property
+    def display(self) -> str:
+        """The source in messages: the resolved local path, or the URL as given without credentials."""
+        return self.store.root if self.is_local else self.store.display
+
+    @property
+    def root_parts(self) -> tuple[str, ...]:
+        """The path components of the root, as a listed entry's ``parts`` start."""
+        return Path(self.store.root).parts if self.is_local else tuple(self.store.root.split("/"))
+
+
+def resolve_source(src: str | os.PathLike | Source, storage_options: dict | None = None) -> Source:
+    """The one place ``--src`` is classified: a URL (not ``file://``) becomes its store, unchecked
+    (listing it reports a missing bucket or key); a local path (also ``file://``) is resolved (links
+    followed) and must be a folder, an ``.npz`` file or a tar archive. A ``Source`` is returned as it
+    is. Raises UsageError (``MissingSource`` when a local ``src`` does not exist)."""
+    if isinstance(src, Source):
+        return src
+    if not str(src):
+        raise UsageError("--src must not be empty")
+    scheme = scheme_of(src)
+    if scheme not in (None, "file"):
+        return Source(resolve(src, storage_options, what="--src"), None, storage_options or None)
+    given = urlsplit(os.fspath(src)).path if scheme == "file" else src
+    path = Path(given).resolve()
+    if not path.exists():
+        raise MissingSource(f"--src {given} does not exist")
+    kind = ("folder" if path.is_dir() else None if not path.is_file()
+            else "npz" if path.name.endswith(".npz") else "tar" if is_archive_name(path.name) else None)
+    if kind is None:
+        raise UsageError(f"--src {given} is neither a folder, an .npz file nor a tar archive (*.tar)")
+    return Source(resolve(path), kind)
 
 
 def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
@@ -219,8 +285,7 @@ def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin,
 
 def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
     return _Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
-                  Origin(origin.url, m.name, m.offset, origin.version, origin.archive,
-                         origin.storage_options))
+                  dataclasses.replace(origin, member=m.name, offset=m.offset))
 
 
 def _local_archive(path: Path, archive: str, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
@@ -358,10 +423,12 @@ def _remote_entries(store: Store, storage_options: dict | None,
         url = f"{store.protocol}://{key}"
         if name.endswith(".npz") and not single:
             entries.append(_Entry(tuple(key.split("/")), url, int(meta["size"]),
-                                  Origin(url, version=_version(meta), storage_options=storage_options)))
+                                  Origin(url, version=_version(meta), storage_options=storage_options,
+                                         remote=True)))
         elif is_archive_name(name):
             archive = name if single else key[len(store.root):].lstrip("/")
-            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options)
+            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options,
+                            remote=True)
             try:
                 with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
                     found, bad = _archive_entries(fh, url, int(meta["size"]), origin, skipped)
@@ -376,24 +443,18 @@ def _remote_entries(store: Store, storage_options: dict | None,
     return entries, refused
 
 
-def list_source(src: str | Path, storage_options: dict | None = None,
-                skipped: list[Skipped] | None = None) -> tuple[list[_Entry], list[BadInput]]:
-    """What ``src`` holds (a local folder or tar archive, or a URL of either), not yet classified.
-    ``skipped``: when given, what is not read (other file names, superseded archive members) and why
-    is appended to it."""
+def list_source(source: Source, skipped: list[Skipped] | None = None) -> tuple[list[_Entry], list[BadInput]]:
+    """What ``source`` holds (a local folder, file or tar archive, or a URL of one), not yet
+    classified. ``skipped``: when given, what is not read (other file names, superseded archive
+    members) and why is appended to it."""
     skipped = [] if skipped is None else skipped
-    if scheme_of(src) not in (None, "file"):
-        return _remote_entries(resolve(src, storage_options, what="--src"), storage_options, skipped)
-    root = Path(resolve(src).root).resolve()
-    if not root.exists():
-        raise FileNotFoundError(f"--src {src} does not exist")
-    if not root.is_dir() and not root.name.endswith(".npz") and not is_archive_name(root.name):
-        raise FileNotFoundError(f"--src {src} is neither a folder, an .npz file nor a tar archive")
-    return _local_entries(root, skipped)
+    if not source.is_local:
+        return _remote_entries(source.store, source.storage_options, skipped)
+    return _local_entries(Path(source.store.root), skipped)
 
 
 def discover(
-    src: str | Path,
+    src: Source | str | Path,
     collections: Iterable[str] | None = None,
     splits: Iterable[str] | None = None,
     storage_options: dict | None = None,
@@ -405,7 +466,8 @@ def discover(
     """All ``*.npz`` under ``src`` sorted by graph id, and the entries refused (symlinks, FIFOs, devices
     and other non-regular files, bad names, unknown places — an ``Unplaced`` — and graph-id clashes).
     ``src`` is a local folder or file, a tar archive or a folder holding tars, or a URL of any of these
-    (``storage_options``: the fsspec options of its store). Symbolic links are never followed and no npz
+    (``storage_options``: the fsspec options of its store), as a ``Source`` or as given (then
+    ``resolve_source`` resolves it, with its UsageErrors). Symbolic links are never followed and no npz
     is opened: each entry is only ``lstat``-ed (or listed), archives have their headers indexed.
 
     Without ``collection``/``split``, each file's collection and split come from its path in a TpuGraphs
@@ -421,8 +483,9 @@ def discover(
     """
     check_assignment(collection, split, collections, splits)
     limit_scale()  # a bad TPUPREP_INPUT_LIMIT_SCALE is a usage error before anything is read
+    source = resolve_source(src, storage_options)
     if collection is not None and split is not None:
-        return _discover_assigned(src, collection, split, storage_options, skipped)
+        return _discover_assigned(source, collection, split, skipped)
     wanted = list(collections or [])
     split_set = set(splits or SPLITS)
 
@@ -433,19 +496,19 @@ def discover(
             return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}")
         return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
 
-    return _collect(src, storage_options, place, list_source(src, storage_options, skipped))
+    return _collect(source, place, list_source(source, skipped))
 
 
-def _discover_assigned(src: str | Path, collection: str, split: str, storage_options: dict | None,
+def _discover_assigned(source: Source, collection: str, split: str,
                        skipped: list[Skipped] | None = None) -> tuple[list[InputFile], list[BadInput]]:
     """``discover`` for a plain file or flat folder whose files are all ``collection``/``split``."""
-    listing = list_source(src, storage_options, skipped)
+    listing = list_source(source, skipped)
     for e in listing[0]:
         try:
             _, in_coll, in_split, relpath = classify(e.parts)
         except ValueError:
             continue
-        raise UsageError(f"--src {src} is a TpuGraphs tree: the path of {relpath} already says "
+        raise UsageError(f"--src {source.display} is a TpuGraphs tree: the path of {relpath} already says "
                          f"{in_coll} {in_split}; drop --collection/--split (they are for a file or "
                          "folder outside a tree)")
     kind, folder = collection_kind(collection), f"{collection_path(collection)}/{split}"
@@ -458,26 +521,22 @@ def _discover_assigned(src: str | Path, collection: str, split: str, storage_opt
                             "files directly in --src are read")
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
-    return _collect(src, storage_options, place, listing)
+    return _collect(source, place, listing)
 
 
 Place = tuple[str, str, str, str]
 """(kind, collection, split, canonical relpath) of an input file."""
 
 
-def _collect(src: str | Path, storage_options: dict | None,
-             place: Callable[[_Entry, bool], Place | BadInput | None],
-             listing: tuple[list[_Entry], list[BadInput]] | None = None) -> tuple[list[InputFile], list[BadInput]]:
-    """The inputs of ``src`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
+def _collect(source: Source, place: Callable[[_Entry, bool], Place | BadInput | None],
+             listing: tuple[list[_Entry], list[BadInput]]) -> tuple[list[InputFile], list[BadInput]]:
+    """The inputs of ``source`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
     where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a file or
-    object (not an archive member) that is ``src`` itself or lies directly in it. ``listing``: what
-    ``list_source`` already returned for ``src`` (so a source is listed once)."""
-    entries, refused = listing if listing is not None else list_source(src, storage_options)
+    object (not an archive member) that is the source itself or lies directly in it. ``listing``: what
+    ``list_source`` returned for ``source`` (a source is listed once)."""
+    entries, refused = listing
     refused = list(refused)
-    if scheme_of(src) in (None, "file"):
-        root = Path(resolve(src).root).resolve().parts
-    else:
-        root = tuple(resolve(src, storage_options, what="--src").root.split("/"))
+    root = source.root_parts
     found: list[InputFile] = []
     for e in entries:
         top = (e.origin is None or e.origin.member is None) and root in (e.parts, e.parts[:-1])
@@ -490,7 +549,7 @@ def _collect(src: str | Path, storage_options: dict | None,
         kind, coll, sp, relpath = where
         stem = e.parts[-1][:-4]
         if not is_safe_stem(stem):
-            refused.append(BadInput(e.path, None, f"file name {stem!r} is not a safe graph id "
+            refused.append(BadInput(e.path, None, f"file name '{display_name(stem)}' is not a safe graph id "
                                     "(letters, digits and . _ + - only)"))
             continue
         found.append(InputFile(graph_id_of(coll, stem), relpath, e.path, kind, coll, sp, stem, e.size,
@@ -535,7 +594,7 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     if o is None:
         fh, st = open_input(Path(inp.path))
         return fh, [st.st_size, st.st_mtime_ns]
-    if scheme_of(o.url) is None:
+    if not o.remote:
         fh, st = open_input(Path(o.url))
         if o.offset + inp.size > st.st_size:
             fh.close()

@@ -51,6 +51,7 @@ from .errors import UsageError
 from .io.files import looks_like_url
 from .io.storage import without_credentials
 from .options import BuildOptions
+from .request import ClusterSpec
 
 
 class PipelineError(UsageError):
@@ -60,37 +61,6 @@ class PipelineError(UsageError):
 LIST_KEYS = ("collections", "splits", "synth.collections")  # a list, or one comma-separated string
 JSON_TYPES = {"integer": "int", "number": "int/float", "string": "str", "boolean": "bool", "object": "dict",
               "array": "list", "null": "null"}
-
-
-@dataclass(frozen=True)
-class ClusterSpec:
-    """Where a run's tasks execute.
-
-    ``serial``: in this process. ``local``: ``workers`` local processes (``engine = "processes"``, a
-    process pool) or a local Dask cluster of single-threaded workers (``engine = "dask"``). ``dask``:
-    an existing Dask cluster at ``scheduler`` or described by ``scheduler_file`` (neither:
-    ``DASK_SCHEDULER_ADDRESS``), waiting up to ``timeout`` s for the scheduler, again for
-    ``min_workers`` workers, and again whenever a build has lost every worker (then it stops with
-    one line; ``--resume`` finishes it); ``retries`` reruns tasks that raised.
-    """
-
-    type: str = "local"
-    workers: int = 1
-    engine: str = "processes"
-    scheduler: str | None = None
-    scheduler_file: Path | None = None
-    min_workers: int = 1
-    timeout: float = 60.0
-    retries: int = 2
-
-    def describe(self) -> str:
-        if self.type == "serial":
-            return "serial (this process)"
-        if self.type == "local":
-            return f"local, {self.workers} worker(s), engine {self.engine}"
-        where = self.scheduler or (f"scheduler file {self.scheduler_file}" if self.scheduler_file
-                                   else "DASK_SCHEDULER_ADDRESS")
-        return f"dask at {where} (wait for {self.min_workers} worker(s), {self.retries} retries)"
 
 
 @dataclass(frozen=True)
@@ -265,12 +235,22 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
         raise _fail(path, key, "must not be empty")
     if "\0" in text:
         raise _fail(path, key, f"contains a NUL byte, which no path can hold: {text!r}")
-    if looks_like_url(text):
-        if url:
-            return text
+    where = _location(text, path.parent)
+    if isinstance(where, str) and not url:
         raise _fail(path, key, f"{text} looks like a URL: give a local path")
+    return where
+
+
+def _location(text: str | os.PathLike, base: Path) -> Path | str:
+    """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
+    tells a URL from a path: a URL stays a string (``s3:/b``, as click's Path type squeezes
+    ``s3://b``, gets its ``//`` back); a relative path is resolved against ``base`` (the run file's
+    folder, or the current folder for an override). ``make_request`` then resolves either once."""
+    text = os.fspath(text)
+    if looks_like_url(text):
+        return text if "://" in text else text.replace(":/", "://", 1)
     p = Path(text)
-    return p if p.is_absolute() else (path.parent / p).resolve()
+    return p if p.is_absolute() else (base / p).resolve()
 
 
 def _storage_options(path: Path, key: str, value: Any) -> Any:
@@ -395,8 +375,8 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     for key, value in (("src", src), ("dst", dst)):
         if value is None:
             continue
-        changes[key] = _url(value) if looks_like_url(value) else Path(value).resolve()
-        if not looks_like_url(value):  # the run file's storage options belong to its URL
+        changes[key] = _location(value, Path.cwd())
+        if isinstance(changes[key], Path):  # the run file's storage options belong to its URL
             changes[f"{key}_storage_options"] = {}
     if resume:
         changes |= {"resume": True, "overwrite": False}
@@ -414,27 +394,23 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     return dataclasses.replace(p, **changes) if changes else p
 
 
-def _url(value: str | Path) -> str:
-    """A URL given on the command line (click's Path type squeezes ``s3://b`` into ``s3:/b``)."""
-    text = os.fspath(value)
-    return text if "://" in text else text.replace(":/", "://", 1)
-
-
 def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False, converter: bool = False):
-    """The runner for a run's cluster settings (see ``ClusterSpec``), from ``runners.make_runner``
-    as ``tpuprep build`` makes its own; ``quiet`` silences Dask's own logging
-    (``dask_cluster.quiet_dask_logs``) and ``converter`` sets this process up to convert files when it
-    runs them itself, as ``tpuprep run`` does. A ``dask`` cluster without ``scheduler`` or
-    ``scheduler_file`` is the one ``DASK_SCHEDULER_ADDRESS`` names (``ClusterError`` when unset)."""
-    from .runners import make_runner
+    """The runner for a run's cluster settings: ``request.open_runner``, as ``tpuprep build`` opens
+    its own (``quiet``, ``converter``: see there)."""
+    from .request import open_runner
 
-    if spec.type == "serial":
-        return make_runner(1, converter=converter)
-    if spec.type == "local":
-        return make_runner(spec.workers, dask_local=spec.engine != "processes", retries=spec.retries,
-                           timeout=spec.timeout, quiet=quiet, converter=converter)
-    return make_runner(scheduler=spec.scheduler, scheduler_file=spec.scheduler_file, cluster=True,
-                       retries=spec.retries, min_workers=spec.min_workers, timeout=spec.timeout, quiet=quiet)
+    return open_runner(spec, quiet=quiet, converter=converter)
+
+
+def pipeline_request(p: Pipeline, *, dry_run: bool = False):
+    """The ``BuildRequest`` of a run (``request.make_request``, as ``tpuprep build`` makes its own,
+    with the same checks and messages). ``MissingSource`` when a local src does not exist."""
+    from .request import make_request
+
+    return make_request(p.src, p.dst, p.options, collections=p.collections, splits=p.splits,
+                        collection=p.collection, split=p.split, resume=p.resume, overwrite=p.overwrite,
+                        dry_run=dry_run, cluster=p.cluster, storage_options=p.dst_storage_options or None,
+                        src_storage_options=p.src_storage_options or None)
 
 
 def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress=None,
@@ -442,37 +418,32 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
     """Run a run file (or a parsed ``Pipeline``) and return the build's ``BuildReport``.
 
     ``overrides``: ``src``, ``dst``, ``workers``, ``scheduler``, ``scheduler_file``, ``resume`` (see
-    ``override``). With ``dry_run`` nothing is synthesised, connected or written: the report lists
-    the files that would be converted. ``quiet_dask``, ``converter``: see ``make_pipeline_runner``.
+    ``override``). A local src that does not exist is synthesised first when the run file has a
+    ``[synth]`` table (else a PipelineError naming the run file). With ``dry_run`` nothing is
+    synthesised, connected or written: the report lists the files that would be converted.
+    ``quiet_dask``, ``converter``: see ``request.open_runner``.
     """
-    from .build import build
+    from .build import BuildReport, build
+    from .inputs import MissingSource
+    from .request import open_runner
 
     p = path if isinstance(path, Pipeline) else load_pipeline(path)
     p = override(p, **overrides)
-    local_src = isinstance(p.src, Path)
-    if local_src and not p.src.exists():
-        if p.synth is None:
-            raise PipelineError(f"{p.path}: src {p.src} does not exist")
-        if not dry_run:
-            from .synth import synthesize
-
-            synthesize(p.src.parent, p.synth.profile, p.synth.seed,
-                       collections=list(p.synth.collections) if p.synth.collections else None)
-    if dry_run and local_src and not p.src.exists():
-        from .build import BuildReport
-
-        return BuildReport({"inputs": []}, [], dry_run=True)  # it would be synthesised first
-    runner = None if dry_run else make_pipeline_runner(p.cluster, quiet=quiet_dask, converter=converter)
-    stores: dict[str, dict] = {}
-    if p.dst_storage_options:
-        stores["storage_options"] = p.dst_storage_options
-    if p.src_storage_options:  # the source side of build() (tar archives and URLs) takes these
-        stores["src_storage_options"] = p.src_storage_options
     try:
-        return build(p.src, p.dst, p.options, collections=list(p.collections) if p.collections else None,
-                     splits=list(p.splits) if p.splits else None, collection=p.collection, split=p.split,
-                     runner=runner, resume=p.resume,
-                     overwrite=p.overwrite, dry_run=dry_run, progress=progress, **stores)
+        request = pipeline_request(p, dry_run=dry_run)
+    except MissingSource:
+        if p.synth is None:
+            raise PipelineError(f"{p.path}: src {p.src} does not exist") from None
+        if dry_run:
+            return BuildReport({"inputs": []}, [], dry_run=True)  # it would be synthesised first
+        from .synth import synthesize
+
+        synthesize(p.src.parent, p.synth.profile, p.synth.seed,
+                   collections=list(p.synth.collections) if p.synth.collections else None)
+        request = pipeline_request(p)
+    runner = None if dry_run else open_runner(request.cluster, quiet=quiet_dask, converter=converter)
+    try:
+        return build(request, runner=runner, progress=progress)
     finally:
         if runner is not None:
             runner.close()
@@ -482,4 +453,4 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 
 
 __all__ = ["ClusterSpec", "Pipeline", "PipelineError", "SynthSpec", "interpolate", "load_pipeline",
-           "make_pipeline_runner", "override", "parse_pipeline", "run_pipeline"]
+           "make_pipeline_runner", "override", "parse_pipeline", "pipeline_request", "run_pipeline"]

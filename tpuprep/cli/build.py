@@ -17,7 +17,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                quiet, verbose, as_json, log_file) -> int:
     from ..build import build
     from ..options import BuildOptions
-    from ..runners import make_runner
+    from ..request import cluster_of_flags, make_request, open_runner
 
     opts = BuildOptions(hops=hops, prune=not no_prune, repad=not no_repad, dedup=not no_dedup, folds=folds,
                         compression_level=compression_level)
@@ -26,13 +26,14 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
     check_output(log_file, "--log-file", [("--src", src), ("--dst", dst)], append=True)
     if open_log(log_file):
         log(f"tpuprep build --src {shown(src)} --dst {shown(dst)}" + (" --resume" if resume else ""))
+    request = make_request(src, dst, opts, collections=collections, splits=splits, collection=collection,
+                           split=split, resume=resume, overwrite=overwrite, dry_run=dry_run,
+                           cluster=cluster_of_flags(workers, scheduler, scheduler_file))
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
-    runner = None if dry_run else make_runner(workers, scheduler, scheduler_file, use_env=True, converter=True)
+    runner = None if dry_run else open_runner(request.cluster, quiet=True, converter=True)
     try:
-        report = build(src, dst, opts, collections=collections, splits=splits, collection=collection,
-                       split=split, runner=runner, resume=resume, overwrite=overwrite, dry_run=dry_run,
-                       progress=progress)
+        report = build(request, runner=runner, progress=progress)
     finally:
         progress.close()
         if runner is not None:

@@ -17,7 +17,7 @@ from .outputs import check_output
 @click.argument("pipeline", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--src", default=None, type=click.Path(path_type=Path),
               help="Override the run file's src (relative to the current folder).")
-@click.option("--dst", default=None, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--dst", default=None, type=click.Path(path_type=Path),
               help="Override the run file's dst (relative to the current folder).")
 @click.option("--workers", default=None, type=click.IntRange(1, 1024), help="Run on N local workers instead.")
 @click.option("--scheduler", default=None, help="Run on the Dask scheduler at ADDR instead.")
