@@ -248,14 +248,13 @@ def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: 
                         splits: list[str] | None = None, *, locked: bool = False) -> Contents:
     """Check, without changing anything, that a build may write ``dst``; return what it holds.
 
-    Refused (UsageError): --resume with --overwrite; a ``dst`` that is not a folder; a folder another
+    Refused (UsageError): a ``dst`` that is not a folder (checked again here, under the lock: it may have
+    changed since ``make_request``, which also refuses --resume with --overwrite); a folder another
     build holds; any entry tpuprep did not write (it is never deleted, so --overwrite and --resume
     cannot proceed either); a non-empty folder without --resume or --overwrite; a --resume whose
     selection would drop collections or splits the folder holds (shards, staged parts or manifest).
     ``locked``: this process holds the folder's lock (so another build's is not looked for).
     """
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite exclude each other")
     if dst.root_not_a_folder:
         raise UsageError(f"--dst {dst.display} exists and is not a folder")
     dst.check_reachable()
