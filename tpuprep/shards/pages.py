@@ -250,7 +250,7 @@ def chunk_values(chunk: bytes, num_values: int, codec: str, width: int) -> np.nd
     return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
 
-def delta_ints(data: bytes, count: int) -> np.ndarray:
+def delta_ints(data: bytes, count: int) -> np.ndarray | range:
     """The ``count`` int32 values of one DELTA_BINARY_PACKED page (Parquet's encoding: a header of block
     size, miniblocks per block, value count and first value, then blocks of a min delta, one bit width
     per miniblock and the bit-packed deltas, least significant bit first): (count,) int64, wrapped to
@@ -261,16 +261,23 @@ def delta_ints(data: bytes, count: int) -> np.ndarray:
     first, pos = _varint(data, pos)
     if not minis or block % minis or (block // minis) % 8 or total != count:
         raise Unhandled("a DELTA_BINARY_PACKED header that does not describe this page")
-    per, left, deltas = block // minis, count - 1, [np.zeros(min(count, 1), np.int64)]
+    per, left, first = block // minis, count - 1, _zigzag(first)
+    deltas: list[np.ndarray] = []
+    steps: list[int] = []  # the min deltas of blocks whose miniblocks are all of width 0 (no bits)
     while left > 0:
         low, pos = _varint(data, pos)
         widths = bytes(data[pos:pos + minis])
         pos += minis
         if len(widths) != minis:
             raise Unhandled("a DELTA_BINARY_PACKED block past the page's end")
-        for width in widths:
-            if left <= 0:
-                break
+        used = min(minis, -(-left // per))
+        if not any(widths[:used]):  # equal deltas (consecutive ids: all 1), nothing packed
+            take = min(block, left)
+            steps.append(_zigzag(low))
+            deltas.append(np.full(take, _zigzag(low), np.int64))
+            left -= take
+            continue
+        for width in widths[:used]:
             size = per * width // 8
             if width > 32 or pos + size > len(data):
                 raise Unhandled("a DELTA_BINARY_PACKED miniblock past the page's end")
@@ -279,14 +286,19 @@ def delta_ints(data: bytes, count: int) -> np.ndarray:
             values = bits.reshape(per, width).astype(np.int64) @ (np.int64(1) << np.arange(width, dtype=np.int64))
             deltas.append(values[:min(per, left)] + _zigzag(low))
             left -= min(per, left)
-    out = np.cumsum(np.concatenate(deltas)) + _zigzag(first)
+    if len(steps) == len(deltas) and len(set(steps)) <= 1:  # one step throughout: an arithmetic sequence
+        step = steps[0] if steps else 1
+        if step and -2**31 <= first <= 2**31 - 1 and -2**31 <= first + step * (count - 1) <= 2**31 - 1:
+            return range(first, first + step * count, step)
+    out = np.cumsum(np.concatenate([np.zeros(min(count, 1), np.int64), *deltas])) + first
     return (out & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
 
 
-def chunk_ints(chunk: bytes, num_values: int, codec: str) -> np.ndarray:
+def chunk_ints(chunk: bytes, num_values: int, codec: str) -> np.ndarray | range:
     """The values of one column chunk of a required int32 column, DELTA_BINARY_PACKED (how tpuprep writes
-    ``config_id``) or PLAIN: (num_values,) int64. ``Unhandled`` for anything else."""
-    out = []
+    ``config_id``) or PLAIN: (num_values,) int64, or a ``range`` for one page of an arithmetic sequence
+    (``delta_ints``). ``Unhandled`` for anything else."""
+    out: list = []
     for encoding in (DELTA_BINARY_PACKED, PLAIN):
         try:
             for data, count in _page_data(chunk, num_values, codec, encoding):
@@ -300,7 +312,9 @@ def chunk_ints(chunk: bytes, num_values: int, codec: str) -> np.ndarray:
         except Unhandled:
             if encoding == PLAIN or out:
                 raise
-    return np.concatenate(out) if out else np.zeros(0, np.int64)
+    if len(out) == 1 and isinstance(out[0], range):
+        return out[0]
+    return np.concatenate([np.asarray(o, np.int64) for o in out]) if out else np.zeros(0, np.int64)
 
 
 class Chunk(NamedTuple):
@@ -378,8 +392,9 @@ def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequenc
                 raise Unhandled("a short read")
             view = memoryview(block)
             ids = chunk_ints(view[chunk.ids[0] - lo:chunk.ids[1] - lo], chunk.values, chunk.ids[2])
-            if not np.array_equal(ids, np.arange(firsts[i], firsts[i] + sizes[i])):
-                bad = int(np.flatnonzero(ids != np.arange(firsts[i], firsts[i] + sizes[i]))[0])
+            want = range(firsts[i], firsts[i] + sizes[i])
+            if not (ids == want if isinstance(ids, range) else np.array_equal(ids, np.asarray(want, np.int64))):
+                bad = int(np.flatnonzero(np.asarray(ids, np.int64) != np.asarray(want, np.int64))[0])
                 raise WrongIds(i, int(ids[bad]), firsts[i] + bad)
             out.append(chunk_values(view[chunk.start - lo:chunk.end - lo], chunk.values, chunk.codec, width))
         return out
