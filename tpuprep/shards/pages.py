@@ -21,7 +21,6 @@ rows it returns are the pyarrow path's bit for bit (``tests/test_pages.py`` chec
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 import zlib
@@ -408,42 +407,15 @@ def sampled_codes(chunks: Sequence[Chunk], firsts: Sequence[int], sizes: Sequenc
         raise
 
 
-def identity(path) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime ns) of a local file, None when it cannot be stat'ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def file_fetch(path, known: tuple[int, int, int, int]) -> Callable[[list[tuple[int, int]]], list[bytes]]:
-    """``fetch`` for ``sampled_codes`` over the local file ``path``: opened, one ``pread`` per range,
-    closed; ``Unhandled`` (read it with pyarrow) unless it is still the file of ``identity`` ``known``
-    (the one whose footer the caller holds: a file replaced since must not be read with that footer)."""
-    def fetch(ranges: list[tuple[int, int]]) -> list[bytes]:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:  # gone since: pyarrow reads the file it holds open
-            raise Unhandled(f"{path} cannot be opened again: {exc}") from None
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != known:
-                raise Unhandled(f"{path} was replaced after its footer was read")
-            return [os.pread(fd, end - start, start) for start, end in ranges]
-        finally:
-            os.close(fd)
-    return fetch
-
-
 def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows: np.ndarray, width: int,
                  chunks_of: Callable[[object, list[int]], list[Chunk]],
                  fetch_of: Callable[[object], Callable | None]) -> np.ndarray | None:
     """The ``codes`` values of unique configs ``rows`` ((k,) int64, any order) of a layout graph whose
-    row groups are ``groups`` ((shard, row group), ``_ShardIndex.config_plan``) with first config ids
+    row groups are ``groups`` ((shard, row group), ``ShardIndex.config_plan``) with first config ids
     ``starts`` ((g + 1,) int64, then c_u): (k, width) uint8, row i the value of config ``rows[i]``.
     ``chunks_of(shard, row groups)``: their ``Chunk``s (checked to hold the graph; ``Unhandled`` to
-    decline); ``fetch_of(shard)``: its ``fetch`` (``file_fetch``, or the reader's ``Store.cat_ranges``), or None to decline.
+    decline); ``fetch_of(shard)``: its ``fetch`` (the reader's ``Store.read_ranges``; ``Unhandled`` from
+    it declines), or None to decline.
     None when a shard declines or holds a chunk this reader does not handle (read with pyarrow)."""
     where = np.searchsorted(starts, rows, side="right") - 1
     local, where = (rows - starts[where]).tolist(), where.tolist()
