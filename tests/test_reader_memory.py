@@ -77,6 +77,11 @@ def test_kept_codes_decode_to_the_eager_read_bit_for_bit(big):
         assert np.array_equal(getattr(lazy, name), getattr(eager, name)), name
     with pytest.raises(IndexError):
         lazy.node_config_feat([C])
+    import pickle
+
+    again = pickle.loads(pickle.dumps(ds.load_graph(gid)))  # e.g. to a DataLoader worker
+    assert again.stored_codes == lazy.stored_codes
+    assert np.array_equal(again.node_config_feat(rows), eager.node_config_feat(rows))
 
 
 def test_a_corrupt_codes_page_is_still_bad_shards_when_the_graph_is_loaded(big, tmp_path):

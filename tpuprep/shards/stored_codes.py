@@ -52,6 +52,10 @@ class StoredCodes:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __getstate__(self) -> dict:
+        """Picklable (memoryviews are not): the chunks' own bytes, without the ranges around them."""
+        return self.__dict__ | {"blocks": [bytes(b) for b in self.blocks]}
+
     def __repr__(self) -> str:
         return f"StoredCodes({self.num_rows} configs, {len(self.tie)} nodes, {self.nbytes} bytes)"
 
