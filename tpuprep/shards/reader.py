@@ -126,7 +126,6 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
         """The graph's grouped K-fold id (K = the build's --folds)."""
         return graph_fold(arguments.graph_id(graph_id), self.manifest["options"]["folds"])
 
-
     def _where(self, graph_id: str) -> tuple[str, str]:
         """(collection, split) of a listed graph (``KeyError`` otherwise)."""
         if arguments.graph_id(graph_id) not in self._graphs:

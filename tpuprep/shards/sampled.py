@@ -133,7 +133,6 @@ class SampledReads:
             where = ", ".join(sorted({str(p) for p, _ in groups}))
             raise BadShards(f"{where}: runtimes of {graph_id!r} cannot be read: {one_line(exc)}") from None
 
-
     def _configs(self, graph_id: str, choose: Callable[[int], np.ndarray],
                  columns: dict[str, np.ndarray | None] | None = None, derive: bool = False) -> ConfigSample:
         """The configs ``choose(c_u)`` ((k,) int64 rows) of a graph, decoded (``sample_configs``,
@@ -240,7 +239,6 @@ class SampledReads:
                 check_graph_groups(self._parquet(path).metadata, path, [rg], graph_id)  # raises
             out.append(chunk)
         return out
-
 
     def _sample_tile(self, graph_id: str, groups: list[tuple[Path, int]],
                      choose: Callable[[int], np.ndarray]) -> ConfigSample:
