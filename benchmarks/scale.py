@@ -51,6 +51,8 @@ REAL_CONFIG_BYTES = 400e9
 """≈ inflated node_config_feat of the real TpuGraphs train + valid (TPUGRAPHS.md §1)."""
 GOAL_MIN, GOAL_RSS_MB = 3.0, 1100.0
 """The rehearsal's goals: the real-size dataset built in ≤ 3 min on this machine, ≤ 1.1 GB per worker."""
+GOAL_OPEN_RSS_MB = 1024.0
+"""Peak RSS of the ``open`` step (``open_and_load``) at full scale: issue #30 item 3."""
 
 
 # ---------------------------------------------------------------------------------------- corpus
@@ -239,6 +241,9 @@ def goals(res: dict) -> dict[str, dict]:
             workers = [p["peak_rss_mb"] for p in res[step]["processes"] if p["role"] == "worker"]
             rss = res[step].get("peak_worker_rss_mb") or max(workers, default=res[step]["peak_rss_mb"])
             out[f"{step}: peak worker RSS (MB)"] = {"value": rss, "goal": GOAL_RSS_MB, "ok": rss <= GOAL_RSS_MB}
+    if "open" in res:  # issue #30: open_dataset + load_graph of the largest graphs within 1 GB
+        rss = res["open"]["peak_rss_mb"]
+        out["open: peak RSS (MB)"] = {"value": rss, "goal": GOAL_OPEN_RSS_MB, "ok": rss <= GOAL_OPEN_RSS_MB}
     return out
 
 
