@@ -51,6 +51,8 @@ REAL_CONFIG_BYTES = 400e9
 """≈ inflated node_config_feat of the real TpuGraphs train + valid (TPUGRAPHS.md §1)."""
 GOAL_MIN, GOAL_RSS_MB = 3.0, 1100.0
 """The rehearsal's goals: the real-size dataset built in ≤ 3 min on this machine, ≤ 1.1 GB per worker."""
+GOAL_OPEN_RSS_MB = 1024.0
+"""Peak RSS of the ``open`` step (``open_and_load``) at full scale: issue #30 item 3."""
 
 
 # ---------------------------------------------------------------------------------------- corpus
@@ -119,7 +121,9 @@ def journal_lines(corpus: Path) -> int:
 
 def open_and_load(shards: str, out: str, per_collection: int = 3, sample: int = 64) -> None:
     """``open_dataset`` and ``load_graph`` of the largest graph (by unique configs) and the first and
-    last others of every collection, decoding ``sample`` unique configs of each; timings to ``out``."""
+    last others of every collection, decoding ``sample`` unique configs of each; timings and the bytes
+    each record keeps (``kept_mb``: its arrays and a layout graph's stored codes) to ``out``. Layout
+    codes stay compressed until rows are decoded (``GraphRecord.stored_codes``, issue #30)."""
     import numpy as np
 
     import tpuprep
@@ -139,8 +143,11 @@ def open_and_load(shards: str, out: str, per_collection: int = 3, sample: int = 
             rows = np.arange(min(sample, g.num_unique_configs))
             if g.num_unique_configs:
                 g.node_config_feat(rows) if cid.startswith("layout") else g.config_feat[rows]
+            kept = sum(v.nbytes for v in vars(g).values() if isinstance(v, np.ndarray))
+            kept += g.stored_codes.nbytes if getattr(g, "stored_codes", None) is not None else 0
             res["graphs"].append({"graph_id": gid, "unique_configs": g.num_unique_configs,
-                                  "load_s": t1 - t0, "decode_s": time.perf_counter() - t1})
+                                  "load_s": t1 - t0, "decode_s": time.perf_counter() - t1,
+                                  "kept_mb": round(kept / 2**20, 1)})
     res["load_s"] = sum(g["load_s"] for g in res["graphs"])
     Path(out).write_text(json.dumps(res, indent=1))
 
@@ -234,6 +241,9 @@ def goals(res: dict) -> dict[str, dict]:
             workers = [p["peak_rss_mb"] for p in res[step]["processes"] if p["role"] == "worker"]
             rss = res[step].get("peak_worker_rss_mb") or max(workers, default=res[step]["peak_rss_mb"])
             out[f"{step}: peak worker RSS (MB)"] = {"value": rss, "goal": GOAL_RSS_MB, "ok": rss <= GOAL_RSS_MB}
+    if "open" in res:  # issue #30: open_dataset + load_graph of the largest graphs within 1 GB
+        rss = res["open"]["peak_rss_mb"]
+        out["open: peak RSS (MB)"] = {"value": rss, "goal": GOAL_OPEN_RSS_MB, "ok": rss <= GOAL_OPEN_RSS_MB}
     return out
 
 

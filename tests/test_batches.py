@@ -90,10 +90,10 @@ def test_config_runtimes_equal_load_graph_and_none_on_test(ds, collection):
 def _spy_columns(monkeypatch) -> list:
     """Record the ``columns`` of every ``read_row_groups`` call of the reader (the list returned), and
     ``["codes"]`` for every direct read of codes pages (``shards/pages.py``: that column chunk only)."""
-    from tpuprep.shards import pages, reader
+    from tpuprep.shards import pages, parquet
 
     seen = []
-    real, direct = reader.read_row_groups, pages.sampled_codes
+    real, direct = parquet.read_row_groups, pages.sampled_codes
 
     def spy(pf, path, rgs, columns=None, use_threads=True):
         seen.append(columns)
@@ -105,7 +105,7 @@ def _spy_columns(monkeypatch) -> list:
             seen.append(["codes"])
         return out
 
-    monkeypatch.setattr(reader, "read_row_groups", spy)
+    monkeypatch.setattr(parquet, "read_row_groups", spy)
     monkeypatch.setattr(pages, "sampled_codes", spy_direct)
     return seen
 

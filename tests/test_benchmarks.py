@@ -130,7 +130,9 @@ def test_scale_rehearsal_runs_every_step_on_a_fraction_of_tiny(tmp_path):
     assert whole["count_factor"] == 2.0
     assert whole["build"]["whole_profile_min"] == round(res["build"]["wall_s"] * 2 / 60, 2)
     assert {"build: peak worker RSS (MB)", "dask: whole profile (min, x 1/fraction)",
-            "build: real-size dataset (min, by bytes)"} <= set(res["goals"])
+            "build: real-size dataset (min, by bytes)", "open: peak RSS (MB)"} <= set(res["goals"])
+    assert res["goals"]["open: peak RSS (MB)"]["value"] == res["open"]["peak_rss_mb"] > 0
+    assert all(g["kept_mb"] >= 0 for g in res["open"]["graphs"])  # tiny graphs: 0.0 MB when rounded
     real = res["goals"]["build: real-size dataset (min, by bytes)"]
     assert real["value"] == whole["build"]["real_size_min_by_bytes"] > 0
     assert (work / "model.npz").is_file()

@@ -17,6 +17,7 @@ from s3server import upload_folder
 
 import tpuprep
 from tpuprep.errors import BadShards
+from tpuprep.io.storage import FileReplaced, Store
 from tpuprep.shards import pages
 from tpuprep.shards.schema import table_schema
 from tpuprep.shards.writer import parquet_options
@@ -212,20 +213,16 @@ def test_a_shard_replaced_after_its_footer_was_read_is_not_read_with_it(tmp_path
     before = ds.sample_configs(gid, 40, seed=5)  # the shard's footer is read and kept
     build(source(["a", "x", "c"]), dst, overwrite=True)  # the same shard names, other bytes
     fetched = []
-    real_fetch = pages.file_fetch
+    real_read = Store.read_ranges
 
-    def spy(path, known):
-        fetch = real_fetch(path, known)
+    def spy(self, name, ranges, **kwargs):
+        try:
+            return real_read(self, name, ranges, **kwargs)
+        except FileReplaced:  # the reader declines (pyarrow reads the file it holds open)
+            fetched.append("declined")
+            raise
 
-        def wrapped(ranges):
-            try:
-                return fetch(ranges)
-            except pages.Unhandled:
-                fetched.append("declined")
-                raise
-        return wrapped
-
-    with mock.patch.object(pages, "file_fetch", spy):
+    with mock.patch.object(Store, "read_ranges", spy):
         after = ds.sample_configs(gid, 40, seed=5)
     assert fetched == ["declined"]
     assert np.array_equal(after.node_config_feat, before.node_config_feat)
@@ -291,3 +288,53 @@ def test_a_remote_shard_replaced_under_an_open_dataset_is_refused_in_one_line(sy
     fs.invalidate_cache()
     with pytest.raises(BadShards, match=r"changed after it was opened"):
         remote.sample_configs(gid, 3, seed=1)
+
+
+def test_config_id_values_that_differ_from_their_statistics_are_bad_shards_naming_the_file():
+    """Review item (low): the direct path checked the ``config_id`` statistics, not the values. A shard
+    whose statistics say 0..c_u−1 but whose values are other configs (here 1000.., as if the footer's
+    statistics were edited) must be an error naming the file, never those rows as the asked configs."""
+    sizes, nt = [64, 40], 5
+    data, codes = _shard(sizes, nt, seed=3)
+    shifted = pq.read_table(io.BytesIO(data))
+    shifted = shifted.set_column(1, shifted.schema.field(1), pa.array(np.arange(104, dtype=np.int32) + 1000))
+    buf = io.BytesIO()
+    with pq.ParquetWriter(buf, shifted.schema, **parquet_options("layout_configs", 3)) as w:
+        w.write_table(shifted.slice(0, 64), row_group_size=64)
+        w.write_table(shifted.slice(64), row_group_size=40)
+    tampered = buf.getvalue()
+    meta = pq.ParquetFile(io.BytesIO(tampered)).metadata
+    starts = np.array([0, 64, 104], np.int64)
+
+    def lying(_, rgs):  # the statistics as an edited footer would state them
+        return [pages.chunk_info(meta, rg)._replace(first_id=int(starts[rg]), last_id=int(starts[rg + 1]) - 1)
+                for rg in rgs]
+
+    with pytest.raises(BadShards, match=r"^shard\.parquet: row group 0 holds config_id 1000 where config 0 belongs"):
+        pages.sample_codes([("shard.parquet", 0), ("shard.parquet", 1)], starts, np.array([70, 3]), 12 * nt, lying,
+                           lambda _: lambda ranges: [tampered[a:b] for a, b in ranges])
+    honest = pages.sample_codes([("s", 0), ("s", 1)], starts, np.array([70, 3]), 12 * nt,
+                                lambda _, rgs: [pages.chunk_info(pq.ParquetFile(io.BytesIO(data)).metadata, rg)
+                                                for rg in rgs],
+                                lambda _: lambda ranges: [data[a:b] for a, b in ranges])
+    assert np.array_equal(honest, codes[[70, 3]])
+
+
+@settings(max_examples=40)
+@given(values=st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=300),
+       page_rows=st.sampled_from([None, 5, 129]))
+def test_config_id_delta_pages_decode_as_pyarrow_reads_them(values, page_rows):
+    table = pa.table({"config_id": pa.array(values, pa.int32())},
+                     schema=pa.schema([pa.field("config_id", pa.int32(), nullable=False)]))
+    buf = io.BytesIO()
+    options = {"column_encoding": {"config_id": "DELTA_BINARY_PACKED"}, "use_dictionary": False,
+               "compression": "none", "write_page_checksum": True}
+    if page_rows:
+        options["data_page_size"] = 1
+        options["write_batch_size"] = page_rows
+    pq.write_table(table, buf, **options)
+    data = buf.getvalue()
+    col = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0).column(0)
+    start = col.data_page_offset
+    got = pages.chunk_ints(data[start:start + col.total_compressed_size], len(values), col.compression)
+    assert [int(v) for v in got] == values

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,9 @@ def ds(synth_shards):
 
 
 def _arrays(record: tpuprep.GraphRecord) -> dict[str, np.ndarray]:
-    return {k: v for k, v in vars(record).items() if isinstance(v, np.ndarray)}
+    """Every array field (``config_codes`` too, which a layout record builds on first use)."""
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return {k: v for k, v in values.items() if isinstance(v, np.ndarray)}
 
 
 def test_every_array_of_a_graph_record_is_read_only(ds):

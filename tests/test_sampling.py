@@ -13,7 +13,8 @@ from reference import ref_stored_columns
 
 import tpuprep
 from tpuprep.build import build
-from tpuprep.shards import reader as reader_module
+from tpuprep.shards import parquet as parquet_module
+from tpuprep.shards import sampled as sampled_module
 from tpuprep.shards import writer as writer_module
 from tpuprep.shards.writer import quality_counts
 
@@ -129,14 +130,14 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
     assert u > 4 * GROUP
     seen: list[tuple[str, list[int]]] = []
     read_columns: list[list[str]] = []
-    real = reader_module.read_row_groups
+    real = parquet_module.read_row_groups
 
     def spy(pf, path, rgs, columns=None, **kwargs):
         seen.append((str(path), list(rgs)))
         read_columns.append(list(columns))
         return real(pf, path, rgs, columns, **kwargs)
 
-    monkeypatch.setattr(reader_module, "read_row_groups", spy)
+    monkeypatch.setattr(parquet_module, "read_row_groups", spy)
     from tpuprep.shards import pages
     direct = pages.sampled_codes
 
@@ -148,14 +149,14 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
         return got
 
     monkeypatch.setattr(pages, "sampled_codes", spy_direct)
-    real_one = reader_module.read_row_group
+    real_one = parquet_module.read_row_group
 
     def whole(pf, path, rg, columns=None):
         if "/configs/" in str(path):
             pytest.fail(f"a whole configs row group was read: {path} {rg}")
         return real_one(pf, path, rg, columns)
 
-    monkeypatch.setattr(reader_module, "read_row_group", whole)
+    monkeypatch.setattr(parquet_module, "read_row_group", whole)
     ds2 = tpuprep.open_dataset(small_groups)
     ds2._ties[gid] = ds.load_graph(gid, configs=False).config_node_tie  # the structure is not under test
     s = ds2.sample_configs(gid, 3, seed=5)
@@ -180,7 +181,7 @@ def test_derived_columns_are_kept_within_their_byte_bound(small_groups, monkeypa
     ds.sample_configs(ids[0], 2)  # a hit moves it to the end
     assert list(ds._derived) == [ids[1], ids[2], ids[0]]
     assert ds._derived_bytes == sum(a.nbytes for c in ds._derived.values() for a in c.values() if a is not None)
-    monkeypatch.setattr(reader_module, "DERIVED_BYTES", 1)
+    monkeypatch.setattr(sampled_module, "DERIVED_BYTES", 1)
     ds.sample_configs(ids[3], 2)  # a new graph: the bound drops the others, the newest always stays
     assert list(ds._derived) == [ids[3]]
     assert ds._derived_bytes == sum(a.nbytes for a in ds._derived[ids[3]].values() if a is not None)
@@ -200,7 +201,7 @@ def test_load_graph_without_configs_reads_no_configs_row_group(small_groups, mon
         fresh = tpuprep.open_dataset(small_groups)
         read: list[str] = []
         for name in ("read_row_group", "read_row_groups"):
-            monkeypatch.setattr(reader_module, name, _spy(getattr(reader_module, name), read))
+            monkeypatch.setattr(parquet_module, name, _spy(getattr(parquet_module, name), read))
         g = fresh.load_graph(gid, configs=False)
         monkeypatch.undo()
         assert read and not [p for p in read if "/configs/" in p], read

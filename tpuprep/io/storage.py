@@ -348,6 +348,150 @@ class Store:
             return pafs.LocalFileSystem()
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
+    # --- reading
+    # What the shard reader (shards/shard_files.py) asks of a store: one call for a local folder and an
+    # object store alike, so the reader has no local/remote branch of its own. Where a local file is
+    # read differently for a reason (links resolved and confined to the root, ``pread`` on the file
+    # opened again, its inode as its identity), the method's name and docstring say what it does.
+
+    @property
+    def reads_are_requests(self) -> bool:
+        """True when every read is a request with its own latency (an object store): a reader then keeps
+        footers it has read and fetches the byte ranges a read needs at once; False for local files,
+        which are opened again cheaply (a reader sees the file there now)."""
+        return not self.is_local
+
+    @property
+    def holds_open_files(self) -> bool:
+        """True when a file a reader opened stays readable as it was after it is replaced under the same
+        name (a local file descriptor); False for an object store, where each read is a new request."""
+        return self.is_local
+
+    def reading_root(self, given: str | os.PathLike) -> Path | str:
+        """The root as readers name it (in ``Dataset.root`` and in errors): a local folder as the user
+        gave it (``file://…`` as its path), a remote one as its URL (``url()``, no credentials)."""
+        if self.is_local:
+            return Path(given) if scheme_of(given) is None else Path(self.root)
+        return self.url()
+
+    def reading_name(self, root_name: Path | str, rel: str) -> Path | str:
+        """``rel`` below a ``reading_root`` as readers name it: a ``Path`` locally, a URL remotely."""
+        return Path(root_name) / rel if self.is_local else self.url(rel)
+
+    def confined_file(self, rel: str) -> tuple[Path | str, int]:
+        """The file ``rel`` (a relative POSIX path without ``..``) as readers open it, and its size in
+        bytes. Locally its real path (symbolic links resolved), which must stay below the root's real
+        path and be a regular file; remotely the URL of an object (not a prefix). ``NotConfined`` naming
+        the problem otherwise; a denied request is the store's one line (``storage_error``)."""
+        if self.is_local:
+            top = Path(self.root).resolve()
+            try:
+                real = (top / rel).resolve(strict=True)
+            except FileNotFoundError:
+                raise NotConfined("the file does not exist") from None
+            except (OSError, RuntimeError) as exc:
+                raise NotConfined(f"cannot be resolved: {' '.join(str(exc).split())}") from None
+            if not real.is_relative_to(top):
+                raise NotConfined(f"leads outside the shard folder (to {real}) through a symbolic link")
+            st = os.lstat(real)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotConfined("is not a regular file")
+            return real, st.st_size
+        url = self.url(rel)
+        try:
+            info = self.fs.info(self.path(rel))
+        except FileNotFoundError:
+            raise NotConfined("the file does not exist") from None
+        except OSError as exc:
+            raise storage_error(exc, url, self) from None
+        if info.get("type") != "file":
+            raise NotConfined("is not a file")
+        return url, int(info["size"])
+
+    def open_random_access(self, name: Path | str, size: int | None = None):
+        """A source for ``pyarrow.parquet.ParquetFile`` to read a file's footer and row groups from:
+        locally the file opened now (``pyarrow.OSFile``: native reads; ``FileNotFoundError`` when it is
+        gone), remotely ``open_ranged`` (one ranged GET per read; ``size`` saves a request)."""
+        if self.is_local:
+            import pyarrow as pa
+
+            return pa.OSFile(os.fspath(name), "r")
+        return self.open_ranged(str(name), size)
+
+    def identity(self, name: Path | str) -> tuple[int, int, int, int] | None:
+        """What identifies the very file at ``name`` now: locally (device, inode, size, mtime ns), so a
+        file replaced under the same name has another; None when it cannot be stat'ed, and remotely
+        (``read_ranges`` checks an object's size and footer instead)."""
+        if not self.is_local:
+            return None
+        try:
+            st = os.stat(name)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def read_ranges(self, name: Path | str, ranges: list[tuple[int, int]], *, size: int, footer_length: int,
+                    identity: tuple[int, int, int, int] | None) -> list[bytes]:
+        """The bytes of each range [start, end) of the file ``name`` (``size`` bytes, its Parquet footer
+        ``footer_length`` bytes) whose footer a reader holds, read at once. Locally one ``pread`` each
+        of the file opened again, which must be the file of ``identity`` (``Store.identity``, taken
+        when the footer was read); remotely one concurrent ``cat_ranges`` that also fetches the last 8
+        bytes, which must be that footer's length and ``PAR1`` in an object of ``size`` bytes.
+        ``FileReplaced`` (one line naming the file) when it is gone or another file now; any other
+        failure of an object store is its one line (``storage_error``)."""
+        if self.is_local:
+            try:
+                fd = os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                raise FileReplaced(f"{name} cannot be opened again: {exc.strerror}") from None
+            try:
+                st = os.fstat(fd)
+                if identity is None or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != identity:
+                    raise FileReplaced(f"{name} was replaced after its footer was read")
+                return [os.pread(fd, end - start, start) for start, end in ranges]
+            finally:
+                os.close(fd)
+        url = str(name)
+        tail = footer_length.to_bytes(4, "little") + b"PAR1"
+        try:
+            *blocks, last = self.cat_ranges(url, [*ranges, (size - 8, size)])
+        except FileNotFoundError:
+            raise FileReplaced(f"{url} no longer exists") from None
+        except OSError as exc:  # ranges of the footer read at open, past the object's end now
+            if exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                raise FileReplaced(f"{url} is shorter than the object whose footer was read") from None
+            raise storage_error(exc, url, self) from None
+        except Exception as exc:  # botocore's NoCredentialsError ...: the store's one line
+            raise storage_error(exc, url, self) from None
+        if last != tail:
+            raise FileReplaced(f"{url} is no longer the object whose footer was read")
+        return blocks
+
+    def fetched_source(self, name: Path | str, ranges: list[tuple[int, int]], size: int):
+        """A source for pyarrow to read a few row groups whose column chunks are ``ranges`` of the file
+        ``name`` (``size`` bytes): remotely those ranges fetched at once, concurrently
+        (``open_prefetched``: one round trip, not one per row group); None locally, where the file the
+        reader already holds open is read as it is (no round trip to save). ``FileNotFoundError`` when
+        gone."""
+        if self.is_local:
+            return None
+        return self.open_prefetched(str(name), ranges, size)
+
+    def polars_options(self, storage_options: dict | None) -> dict:
+        """Keyword arguments for ``polars.scan_parquet`` of this store's files: remotely
+        ``storage_options`` in polars' spelling when given; locally none (polars reads paths)."""
+        if self.is_local or storage_options is None:
+            return {}
+        return {"storage_options": storage_options}
+
+
+class NotConfined(ValueError):
+    """A file a reader was pointed at that is not a file inside the store's root (``confined_file``)."""
+
+
+class FileReplaced(Exception):
+    """A file that is no longer the one whose footer a reader holds (``Store.read_ranges``)."""
+
 
 class _Prefetched(ByteWindow):
     """A seekable read-only view of a remote file of which some byte ranges are already in memory

@@ -1,0 +1,106 @@
+"""Issue #29 part 1 (reading): the shard reader asks one ``Store`` for everything, a local folder and an
+object store (a real S3 server on 127.0.0.1) through the same "reading" methods, with the local
+differences (links confined, ``pread`` of the pinned file, inode identity) behind their names."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from s3server import upload_folder
+
+from tpuprep.io.storage import FileReplaced, NotConfined, resolve
+
+FOOTER = 100
+BODY = bytes(range(256)) * 40 + FOOTER.to_bytes(4, "little") + b"PAR1"  # ends as a Parquet file does
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path):
+    """A store whose root holds ``a/file.bin`` (BODY) and an empty folder-like prefix ``a/sub/x``."""
+    folder = tmp_path / "root"
+    (folder / "a" / "sub").mkdir(parents=True)
+    (folder / "a" / "file.bin").write_bytes(BODY)
+    (folder / "a" / "sub" / "x").write_bytes(b"x")
+    if request.param == "local":
+        return resolve(folder)
+    bucket = request.getfixturevalue("bucket")
+    return resolve(upload_folder(folder, f"{bucket}/root"))
+
+
+def _replace(store, rel: str, data: bytes) -> None:
+    if store.is_local:
+        tmp = Path(store.path(rel + ".new"))
+        tmp.write_bytes(data)
+        os.replace(tmp, store.path(rel))  # another inode under the same name
+    else:
+        store.write_bytes(rel, data)
+
+
+def test_a_confined_file_is_named_and_sized_alike_on_every_backend(store):
+    name, size = store.confined_file("a/file.bin")
+    assert size == len(BODY)
+    assert str(name).endswith("a/file.bin")
+    with pytest.raises(NotConfined, match="does not exist"):
+        store.confined_file("a/missing.bin")
+    with pytest.raises(NotConfined, match=r"not a (regular )?file"):
+        store.confined_file("a/sub")
+
+
+def test_a_local_link_leading_out_of_the_root_is_not_confined(tmp_path):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(BODY)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "in.bin").symlink_to(outside)
+    with pytest.raises(NotConfined, match="leads outside the shard folder"):
+        resolve(tmp_path / "root").confined_file("in.bin")
+
+
+def test_ranges_read_from_the_pinned_file_and_a_replaced_one_is_refused(store):
+    name, size = store.confined_file("a/file.bin")
+    pin = store.identity(name)
+    assert (pin is not None) == store.is_local
+    got = store.read_ranges(name, [(0, 10), (300, 1000)], size=size, footer_length=FOOTER, identity=pin)
+    assert got == [BODY[0:10], BODY[300:1000]]
+    with pytest.raises(FileReplaced, match="no longer the object" if not store.is_local else "replaced"):
+        store.read_ranges(name, [(0, 10)], size=size, footer_length=FOOTER + 1,
+                          identity=None if not store.is_local else (0, 0, 0, 0))
+    _replace(store, "a/file.bin", b"other" + BODY[5:])  # the same size and footer, other bytes
+    if store.is_local:  # another inode: refused (an object store cannot tell, its check is size + footer)
+        with pytest.raises(FileReplaced, match=re.escape("file.bin was replaced after its footer was read")):
+            store.read_ranges(name, [(0, 10)], size=size, footer_length=FOOTER, identity=pin)
+    _replace(store, "a/file.bin", BODY[:100])  # shorter: refused on every backend
+    with pytest.raises(FileReplaced, match=r"file\.bin"):
+        store.read_ranges(name, [(0, 10)], size=size, footer_length=FOOTER, identity=pin)
+
+
+def test_random_access_and_fetched_sources_read_the_files_bytes(store, tmp_path):
+    pq.write_table(__import__("pyarrow").table({"x": list(range(1000))}), tmp_path / "t.parquet")
+    _replace(store, "a/t.parquet", (tmp_path / "t.parquet").read_bytes())
+    name, size = store.confined_file("a/t.parquet")
+    pf = pq.ParquetFile(store.open_random_access(name, size))
+    assert pf.read().column("x").to_pylist() == list(range(1000))
+    meta = pf.metadata
+    col = meta.row_group(0).column(0)
+    fetched = store.fetched_source(name, [(col.data_page_offset, col.data_page_offset + col.total_compressed_size)],
+                                   size)
+    assert (fetched is None) == (not store.reads_are_requests)
+    if fetched is not None:
+        again = pq.ParquetFile(fetched, metadata=meta)
+        assert again.read_row_group(0).column("x").to_pylist() == list(range(1000))
+    with pytest.raises(FileNotFoundError):
+        pq.ParquetFile(store.open_random_access(store.url("a/none.parquet"), None)).read()
+    assert store.polars_options({"aws_region": "x"}) == ({} if store.is_local else {"storage_options": {"aws_region": "x"}})
+    assert store.holds_open_files == store.is_local
+
+
+def test_the_reader_has_no_local_or_remote_branch_of_its_own():
+    """Every ``is_local`` test of the reader became a Store method (issue #29 part 1)."""
+    folder = Path(__file__).resolve().parents[1] / "tpuprep" / "shards"
+    reader = ["reader.py", "records.py", "stored_codes.py", "shard_index.py", "shard_files.py", "loads.py",
+              "sampled.py", "scans.py", "pages.py"]
+    found = {name: (folder / name).read_text().count("is_local") for name in reader}
+    assert not any(found.values()), found

@@ -1,0 +1,212 @@
+"""Whole-graph loads: ``Dataset.load_graph(id)`` → ``GraphRecord`` (its ``graphs`` row and all its unique
+configs), ``graph_row`` and ``iter_graphs``.
+
+A layout graph's codes are kept as stored (``StoredCodes``: the compressed ``codes`` chunks of its row
+groups, read in one ranged read per shard and every page checked once), never as a whole-graph int32
+array: memory ≈ the shard's bytes instead of 12 bytes per config per configurable node (issue #30).
+Chunks the direct page decoder does not handle are read with pyarrow as before (``config_codes`` then
+holds the joined codes).
+
+``GraphLoads`` is a part of ``reader.Dataset`` (a mixin): it uses ``ShardFiles`` and the dataset's
+``_graphs`` / ``_index`` / ``_ties``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import BadShards, one_line
+from ..tpugraphs import collection_kind
+from . import arguments, pages, parquet
+from .parquet import check_graph_groups, codes_rows, flat
+from .records import GraphRecord, flat_or_none, list_cell, read_only
+from .shard_index import ShardIndex
+from .stored_codes import StoredCodes
+
+_SMALL_COLUMNS = ["config_id", "runtime", "runtime_spread", "group_size", "first_index"]
+"""The layout configs columns read with pyarrow when the codes are kept as stored (28 bytes a config)."""
+MERGE_GAP = 1 << 16
+"""Byte gap up to which the codes chunks of a graph's row groups are fetched as one range (the small
+columns between two row groups' codes are a few hundred bytes)."""
+
+
+class GraphLoads:
+    """``load_graph``, ``graph_row`` and ``iter_graphs`` of a ``Dataset`` (see the module docstring)."""
+
+    def _graph_row_group(self, graph_id: str) -> tuple[ShardIndex, object, pa.Table, int]:
+        """(index of its collection and split, graphs shard, row group table, row) of a listed graph."""
+        if arguments.graph_id(graph_id) not in self._graphs:
+            raise KeyError(f"no graph {graph_id!r} in {self.root}")
+        collection, split = self._graphs[graph_id]
+        index = self._index(collection, split)
+        if graph_id not in index.graph_rows:
+            raise BadShards(f"{self.manifest_path}: graph {graph_id!r} is listed, but no {split} graphs "
+                            f"shard of {collection} holds it")
+        path, rg, row = index.graph_rows[graph_id]
+        table = self._row_group(path, rg)
+        found = table.column("graph_id")[row].as_py() if row < table.num_rows else None
+        if found != graph_id:
+            raise BadShards(f"{path}: row {row} of row group {rg} holds graph {found!r}, not {graph_id!r}: "
+                            f"the shard changed under the open dataset {self.root}?")
+        return index, path, table, row
+
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
+        """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
+        the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
+        row; no configs shard is opened), every per-unique-config array None.
+
+        Memory: the graphs row's arrays (node_feat n'·140·4 bytes, …), 28 bytes per unique config for the
+        per-config columns and, for a layout graph, its codes as stored (compressed: 0.1–0.7 bytes per
+        config per configurable node on the ``full`` profile; ``GraphRecord``). ``config_codes`` is built
+        on first use (12 bytes per config per configurable node); ``node_config_feat(rows)`` decodes
+        only the row groups of ``rows``."""
+        configs = arguments.flag("configs", configs)
+        index, path, g, row = self._graph_row_group(graph_id)
+        collection, split = self._graphs[graph_id]
+        groups = index.config_row_groups(graph_id) if configs else []
+        try:
+            record, scalar = self._structure(graph_id, collection, split, g, row)
+            if record.config_node_tie is not None:
+                self._ties[graph_id] = record.config_node_tie
+            if not configs:
+                return record
+            if collection_kind(collection) == "layout":
+                stored = self._stored_codes(graph_id, index, record.config_node_tie)
+                pieces = self._layout_pieces(graph_id, groups, None if stored is None else _SMALL_COLUMNS)
+            else:
+                stored, pieces = None, []
+                for cpath, crg in groups:
+                    t = self._row_group(cpath, crg)
+                    pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
+            return self._with_configs(record, scalar, pieces, stored)
+        except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
+            if isinstance(exc, BadShards):
+                raise
+            where = ", ".join(sorted({str(path), *(str(p) for p, _ in groups)}))
+            raise BadShards(f"{where}: graph {graph_id!r} cannot be read back: {one_line(exc)}") from None
+
+    def _layout_pieces(self, graph_id: str, groups: list, columns: list[str] | None) -> list[pa.Table]:
+        """The graph's own (small) configs row groups, ``columns`` only (None: all), one read per shard."""
+        pieces = []
+        for cpath in dict.fromkeys(p for p, _ in groups):
+            rgs = [rg for p, rg in groups if p == cpath]
+            check_graph_groups(self._parquet(cpath).metadata, cpath, rgs, graph_id)
+            pieces.append(parquet.read_row_groups(self._parquet(cpath), cpath, rgs, columns))
+        return pieces
+
+    def _stored_codes(self, graph_id: str, index: ShardIndex, tie: np.ndarray) -> StoredCodes | None:
+        """The graph's codes as stored (``StoredCodes``), every page decoded once to check it, or None when
+        a chunk or page is not one the direct decoder handles (then pyarrow reads them)."""
+        groups, starts = index.config_plan(graph_id)
+        chunks, blocks = [], []
+        for cpath in dict.fromkeys(p for p, _ in groups):
+            rgs = [rg for p, rg in groups if p == cpath]
+            try:
+                mine = self._chunks_of(cpath, rgs, graph_id)
+                spans = _merged([(c.start, c.end) for c in mine])
+                fetched = self._fetcher(cpath)(spans)
+            except pages.Unhandled:
+                return None
+            at = 0
+            for chunk in mine:  # views of the fetched ranges: the chunks are not copied
+                while chunk.end > spans[at][1]:
+                    at += 1
+                lo = spans[at][0]
+                blocks.append(memoryview(fetched[at])[chunk.start - lo:chunk.end - lo])
+            chunks.extend(mine)
+            del fetched
+        stored = StoredCodes(", ".join(str(p) for p in dict.fromkeys(p for p, _ in groups)), chunks, blocks,
+                             starts, tie)
+        try:
+            stored.check()
+        except (pages.Unhandled, ValueError, IndexError):
+            return None
+        except Exception as exc:  # zstandard.ZstdError: a page that does not inflate
+            if type(exc).__module__.startswith("zstandard"):
+                return None
+            raise
+        return stored
+
+    def _with_configs(self, record: GraphRecord, scalar: dict, pieces: list[pa.Table],
+                      stored: StoredCodes | None) -> GraphRecord:
+        """``record`` (its structure) with its configs rows (``pieces``; a layout graph's codes in
+        ``stored`` when kept as stored, else in the pieces' ``codes``)."""
+        rows = sum(p.num_rows for p in pieces)
+        if rows != scalar["num_unique_configs"]:
+            raise ValueError(f"{rows} configs rows, its graphs row says num_unique_configs "
+                             f"{scalar['num_unique_configs']}")
+        configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        record.config_runtime = flat_or_none(configs.column("runtime"))
+        record.config_runtime_spread = flat_or_none(configs.column("runtime_spread"))
+        record.group_size = flat(configs.column("group_size"))
+        record.first_index = flat(configs.column("first_index"))
+        if record.kind == "layout" and stored is not None:
+            if stored.num_rows != rows:
+                raise ValueError(f"{stored.num_rows} codes rows, {rows} configs rows")
+            record.stored_codes = stored
+        elif record.kind == "layout":
+            record.config_codes = codes_rows(configs.column("codes"), rows, record.config_node_tie,
+                                             scalar["num_config_columns"])  # expanded while joined
+        else:
+            record.config_feat = flat(configs.column("config_feat")).reshape(-1, 24)
+            record.config_runtime_normalizers = (None if configs.column("normalizer").null_count
+                                                 else flat(configs.column("normalizer")))
+        return read_only(record)
+
+    @staticmethod
+    def _structure(graph_id: str, collection: str, split: str, g: pa.Table, row: int) -> tuple[GraphRecord, dict]:
+        """(a GraphRecord of the graphs row alone, every per-unique-config array None; the row's scalars)."""
+        scalar = {name: g.column(name)[row].as_py()
+                  for name in ("fold", "source_file", "num_config_nodes", "num_config_columns",
+                               "num_unique_configs")
+                  if name in g.column_names}
+        record = GraphRecord(
+            graph_id=graph_id, collection=collection, split=split, fold=scalar["fold"],
+            source_file=scalar["source_file"],
+            node_feat=list_cell(g, "node_feat", row, 140),
+            node_opcode=list_cell(g, "node_opcode", row),
+            edge_index=list_cell(g, "edge_index", row, 2),
+            node_index=list_cell(g, "node_index", row),
+            config_inverse=list_cell(g, "config_inverse", row),
+            config_runtime_original=list_cell(g, "config_runtime_original", row),
+            config_runtime=None, group_size=None, first_index=None,
+        )
+        if collection_kind(collection) == "layout":
+            record.node_config_ids = list_cell(g, "node_config_ids", row)
+            record.node_splits = list_cell(g, "node_splits", row)
+            record.config_node_tie = list_cell(g, "config_node_tie", row)
+            tie = record.config_node_tie
+            if len(tie) != scalar["num_config_nodes"]:
+                raise ValueError(f"config_node_tie has {len(tie)} entries, "
+                                 f"num_config_nodes is {scalar['num_config_nodes']}")
+            if scalar["num_config_columns"] != (int(tie.max()) + 1 if len(tie) else 0):
+                raise ValueError(f"num_config_columns is {scalar['num_config_columns']}, config_node_tie names "
+                                 f"{int(tie.max()) + 1 if len(tie) else 0} columns")
+        else:
+            record.config_runtime_normalizers_original = list_cell(g, "config_runtime_normalizers_original", row)
+        return read_only(record), scalar
+
+    def graph_row(self, graph_id: str) -> dict:
+        """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``
+        ...) as Python values: what the shards say about the graph besides its arrays."""
+        _, _, g, row = self._graph_row_group(graph_id)
+        return {f.name: g.column(f.name)[row].as_py() for f in g.schema
+                if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
+
+    def iter_graphs(self, collection: str | None = None, split: str | None = None):
+        """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
+        for gid in self.graph_ids(collection, split):
+            yield self.load_graph(gid)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``ranges`` with those less than ``MERGE_GAP`` bytes apart joined (one read each)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1] + MERGE_GAP:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
