@@ -104,3 +104,13 @@ def test_the_reader_has_no_local_or_remote_branch_of_its_own():
               "sampled.py", "scans.py", "pages.py"]
     found = {name: (folder / name).read_text().count("is_local") for name in reader}
     assert not any(found.values()), found
+
+
+def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
+    from tpuprep.io.storage import storage_error
+
+    denied = PermissionError(13, "Permission denied")
+    local = str(storage_error(denied, str(tmp_path / "a.parquet"), resolve(tmp_path)))
+    assert local == f"{tmp_path / 'a.parquet'}: permission denied ([Errno 13] Permission denied)"
+    remote = str(storage_error(denied, "s3://b/a.parquet", resolve("s3://b/x")))
+    assert "the credentials in use may not read it" in remote

@@ -586,12 +586,14 @@ def missing_bucket(store: Store) -> str | None:
 
 
 def storage_error(exc: Exception, url: str, store: Store | None = None) -> FatalError:
-    """One line for an object-store failure on ``url`` (``FatalError``, exit 1): a missing bucket
+    """One line for a storage failure on ``url`` (``FatalError``, exit 1): a missing bucket
     (asked of ``store`` when given), a denied request or another error (an ``OSError``, or the
     filesystem library's own, e.g. botocore's ``NoCredentialsError``), named by the URL only (never
     the credentials)."""
     detail = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, PermissionError):
+        if store is not None and store.is_local:  # a file's mode or owner, not credentials
+            return FatalError(f"{url}: permission denied ({detail})")
         return FatalError(f"{url}: permission denied: the credentials in use may not read it ({detail})")
     if isinstance(exc, FileNotFoundError):
         bucket = missing_bucket(store) if store is not None else None
