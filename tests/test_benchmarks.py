@@ -360,3 +360,14 @@ def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, 
     assert res["totals"]["groups"] == sum(r["groups"] for r in res["shards"])
     assert abs(res["projected_fixed_cpu_s"] - res["fixed_us_per_row_group"] * groups / 1e6) < 0.01
     assert sorted(res["variants_fixed_us_per_row_group"]) == sorted(VARIANTS)
+
+
+def test_largest_graph_benchmark_measures_the_open_step_against_its_goal(synth_shards, tmp_path):
+    out = tmp_path / "lg.json"
+    proc = run_module("benchmarks.largest_graph", "--shards", str(synth_shards), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["ok"] and 0 < res["open"]["peak_rss_mb"] <= res["goal_mb"] == 1024
+    assert res["nc"] > 0 and res["whole_codes_bytes"] > 0
+    assert all(g["kept_mb"] >= 0 and g["load_s"] > 0 for g in res["open"]["graphs"])
+    assert "peak RSS" in proc.stdout and "met" in proc.stdout
