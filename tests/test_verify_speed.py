@@ -241,12 +241,11 @@ def test_a_repeated_config_row_pointed_at_another_unique_config_is_found(synth_s
 
 
 def test_config_rows_are_valid_only_with_integer_codes_in_minus_1_to_5():
-    from tpuprep.verify.graph import _valid_codes
+    from tpuprep.verify.reference import LayoutEncoder, tie_columns
 
     rows = np.zeros((9, 2, 18), np.float32)
     rows[0, 0, 0], rows[1, 1, 17] = -1, 5  # valid
     for i, bad in enumerate([6, -2, 2.5, np.nan, 127, -128, 255], start=2):
         rows[i, 0, 3] = bad
-    with np.errstate(invalid="ignore"):
-        got = _valid_codes(rows, rows.astype(np.int8))
+    got, _ = LayoutEncoder(tie_columns(np.arange(2))).encode(rows)
     assert got.tolist() == [True, True] + [False] * 7
