@@ -96,10 +96,11 @@ def feature_moments(node_feat: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]
 
 CODE_LIMIT = 7**6
 """Every base-7 code of a block of six values −1..5 lies in 0..CODE_LIMIT−1 (< 2^17)."""
-_OFFSET = (CODE_LIMIT - 1) // 6  # Σ_i 7^i over the six slots: code = Σ value·7^i + _OFFSET
-_WEIGHTS = np.kron(np.eye(3, dtype=np.float32), (7.0 ** np.arange(6)).astype(np.float32)[:, None])
-"""(18, 3) float32: column t holds 7^0..7^5 in rows 6t..6t+5, so values (.., 18) @ _WEIGHTS are the
-three codes minus _OFFSET, exact in float32 (|sum| < 2^24) for integer values in −1..5."""
+_OFFSET = np.float32((CODE_LIMIT - 1) // 6)  # Σ_i 7^i over the six slots: code = Σ value·7^i + _OFFSET
+_WEIGHTS = np.kron(np.eye(3, 4, dtype=np.float32), (7.0 ** np.arange(6)).astype(np.float32)[:, None])
+"""(18, 4) float32: column t < 3 holds 7^0..7^5 in rows 6t..6t+5, column 3 is zero (a node's four
+sums are 16 bytes: two int64 to move and compare), so values (.., 18) @ _WEIGHTS + _OFFSET are
+the three codes, exact in float32 (|sum| < 2^24) for integer values in −1..5."""
 ENCODE_BYTES = 1 << 20
 """Input bytes per step of ``LayoutEncoder.encode``: its few passes over a step stay in the cache."""
 
@@ -170,16 +171,16 @@ class LayoutEncoder:
                 row_ok = exact.reshape(m, -1).all(1)
                 row_ok &= (small.reshape(m, -1).view(np.uint8) + np.uint8(1)).max(1) <= 6  # −1..5 → 0..6
                 exact_values = x if x.dtype == np.float32 else small.astype(np.float32)
-                sums = self._buffer((m * nc, 3), np.float32)
+                sums = self._buffer((m * nc, 4), np.float32)
                 np.matmul(exact_values.reshape(m * nc, LAYOUT_SLOTS), _WEIGHTS, out=sums)
-                sums = sums.reshape(m, nc, 3)
+                sums += _OFFSET  # the codes: no −0.0 left (its bits would differ from 0.0's below)
+                nodes = sums.view(np.int64).reshape(m, nc, 2)  # a node's codes as 16 bytes, compared bitwise
                 if len(self.others):
-                    row_ok &= (sums[:, self.others] == sums[:, self.other_reps]).reshape(m, -1).all(1)
-                    np.copyto(codes[s : s + m], sums[:, self.reps], casting="unsafe")
-                else:
-                    np.copyto(codes[s : s + m], sums, casting="unsafe")
+                    same = np.take(nodes, self.others, 1) == np.take(nodes, self.other_reps, 1)
+                    row_ok &= same.reshape(m, -1).all(1)
+                    nodes = np.take(nodes, self.reps, 1)
+                np.copyto(codes[s : s + m], nodes.view(np.float32).reshape(m, nt, 4)[:, :, :3], casting="unsafe")
                 ok[s : s + m] = row_ok
-            codes += _OFFSET
         return ok, codes
 
 
