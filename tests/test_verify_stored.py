@@ -217,3 +217,57 @@ def test_row_keys_are_exact_sums_with_at_least_128_bits_of_randomness():
     assert sums.astype(np.int64).tolist() == exact
     k = keys.keys(codes)
     assert k[0] != k[1] and keys.keys(codes[:1])[0] == k[0]
+
+
+def test_verify_calls_no_kernel_and_its_workers_load_none(synth_root, synth_shards, monkeypatch):
+    """Verify is an independent oracle: with every function of ``tpuprep.kernels`` made to fail
+    wherever a tpuprep module holds it, a serial verify still proves the build exact; and its worker
+    processes are started without loading the kernels (``make_runner(kernels=False)``)."""
+    import sys
+
+    import tpuprep.runners
+    import tpuprep.verify.run  # every module verify uses is loaded before the patch
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("verify called a tpuprep.kernels function")
+
+    patched = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("tpuprep") or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if getattr(value, "__module__", "") and str(getattr(value, "__module__", "")).startswith("tpuprep.kernels") \
+                    and callable(value) and not isinstance(value, type):
+                monkeypatch.setattr(module, attr, forbidden)
+                patched += 1
+    assert patched > 10  # the reader's decode_base7 and join_planes among them
+    report = verify(synth_root / "npz", synth_shards)
+    assert report.ok and report.graphs_checked == report.graphs_total > 0, report.problems
+    made = []
+    real = tpuprep.runners.make_runner
+
+    def recording(*args, **kwargs):
+        made.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tpuprep.runners, "make_runner", recording)
+    assert verify(synth_root / "npz", synth_shards, collections=["tile"], workers=2).ok
+    assert made == [{"kernels": False}]
+
+
+def _pack_chunk_loaded() -> bool:
+    from tpuprep.kernels.base7 import pack_valid
+
+    return bool(pack_valid.signatures)  # warm() packs a chunk: the kernel under pack_chunk is loaded
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_a_process_runner_loads_the_kernels_only_when_asked(kernels):
+    from tpuprep.runners import make_runner
+
+    runner = make_runner(2, kernels=kernels)
+    try:
+        task = runner.submit(_pack_chunk_loaded)
+        assert next(iter(runner.as_completed([task]))).result() is kernels
+    finally:
+        runner.close()

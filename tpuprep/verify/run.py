@@ -115,7 +115,7 @@ def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _P
         return None
     from ..runners import make_runner
 
-    runner = make_runner(workers)
+    runner = make_runner(workers, kernels=False)  # verify's checks are plain NumPy: no kernel to load
     try:
         local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
         batches = plan_batches(todo)
