@@ -271,3 +271,23 @@ def test_a_process_runner_loads_the_kernels_only_when_asked(kernels):
         assert next(iter(runner.as_completed([task]))).result() is kernels
     finally:
         runner.close()
+
+
+def test_the_tile_group_minimum_is_exact_on_both_paths():
+    """``_tile_minimum``: the vectorised cross-multiplication (values < 2^31) says what the Fraction
+    comparison says (values beyond it), on equal fractions in other terms, a minimum no row of the
+    group reaches, and one row smaller than the stored minimum."""
+    from types import SimpleNamespace
+
+    from tpuprep.verify.graph import _tile_minimum
+
+    inv = np.array([0, 1, 0, 1, 2])
+    runtime, normalizer = np.array([10, 9, 6, 12, 5]), np.array([4, 3, 3, 4, 5])  # ratios 2.5 3 2 3 1
+    cases = {(6, 3, 9, 3, 5, 5): True, (2, 1, 3, 1, 1, 1): True,  # the minima, in other terms too
+             (5, 3, 9, 3, 5, 5): False,  # 5/3 < 2: reached by no row of group 0
+             (10, 4, 9, 3, 5, 5): False}  # 2.5: row 2 (6/3) is smaller
+    for stored, want in cases.items():
+        for scale in (1, 2**40):  # 2^40: every value beyond 2^31, the Fraction path
+            g = SimpleNamespace(config_runtime=np.array(stored[::2]) * scale,
+                                config_runtime_normalizers=np.array(stored[1::2]) * scale)
+            assert _tile_minimum(inv, 3, runtime * scale, normalizer * scale, g) is want, (stored, scale)
