@@ -201,13 +201,15 @@ def test_verify_speed_benchmark_runs_on_a_tiny_corpus(synth_root, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     out = tmp_path / "v.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.verify_speed", str(synth_root / "npz"),
-                           str(tmp_path / "shards"), "--workers", "1", "--sample", "0.5", "--json", str(out)],
+                           str(tmp_path / "shards"), "--workers", "1", "--sample", "0.5", "--floor", "--json", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["build_s"] > 0 and res["verify_s"] > 0 and res["files"] == 23
     assert res["ratio"] == pytest.approx(res["verify_s"] / res["build_s"]) and res["cpu_ratio"] > 0
     assert "verify/build = " in proc.stdout and res["sample"]["verify_s"] > 0
+    run = res["runs"][0]  # the floor: every input inflated, every shard decoded, no check
+    assert run["floor_s"] > 0 and run["floor_cpu_s"] > 0 and "x the build, CPU" in proc.stdout
     again = subprocess.run([sys.executable, "-m", "benchmarks.verify_speed", str(synth_root / "npz"),
                             str(tmp_path / "shards")], cwd=REPO, env=env, capture_output=True, text=True)
     assert again.returncode == 2 and "exists: give a new folder" in again.stderr
