@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from test_hostile_read import GRAPH, first_graph, rewrite_shard, shard_of, tamper_cell
+from test_hostile_read import GRAPH, TILE, first_graph, rewrite_shard, shard_of, tamper_cell
 
 import tpuprep
 from tpuprep.verify import verify
@@ -291,3 +291,21 @@ def test_the_tile_group_minimum_is_exact_on_both_paths():
             g = SimpleNamespace(config_runtime=np.array(stored[::2]) * scale,
                                 config_runtime_normalizers=np.array(stored[1::2]) * scale)
             assert _tile_minimum(inv, 3, runtime * scale, normalizer * scale, g) is want, (stored, scale)
+
+
+@pytest.mark.parametrize("negative_zero", [False, True])
+def test_two_equal_unique_tile_configs_are_found(shards, src, negative_zero):
+    """A tile graph's unique configs compared by value (every row as one bytes value): row 1 made equal
+    to row 0 (with -0.0 for 0.0 too: equal by value) is not pairwise distinct."""
+    gid = first_graph(shards, TILE, "valid")
+
+    def copy_first(rows):
+        row = list(rows["config_feat"][0])
+        if negative_zero:
+            assert 0.0 in row
+            row[row.index(0.0)] = -0.0
+        rows["config_feat"][1] = row
+
+    edit_graph_configs(shards, gid, copy_first)
+    problems = [p for p in verify(src, shards, collections=[TILE]).problems if ".bytes_out is " not in p]
+    assert f"{gid}: unique configs are not pairwise distinct" in problems, problems

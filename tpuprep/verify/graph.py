@@ -109,8 +109,9 @@ def _check_dedup(g: GraphRecord, options: dict, problems: list[str], keys: np.nd
     if keys is not None:
         _check(len(np.unique(keys)) == len(keys), problems, gid, "unique configs are not pairwise distinct")
         return
-    flat = (np.asarray(g.config_feat, np.float32) + np.float32(0)).view(np.uint32)  # by value: -0.0 equals 0.0
-    distinct = len(np.unique(flat, axis=0)) if len(flat) else 0
+    flat = np.ascontiguousarray((np.asarray(g.config_feat, np.float32) + np.float32(0)).view(np.uint32))  # -0.0 is 0.0
+    rows = flat.view(np.dtype((np.void, 4 * flat.shape[1]))).ravel() if flat.ndim == 2 and flat.shape[1] else flat
+    distinct = len(np.unique(rows)) if len(flat) else 0  # each row as one bytes value: 10x faster than axis=0
     _check(distinct == len(flat), problems, gid, "unique configs are not pairwise distinct")
 
 
