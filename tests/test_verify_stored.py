@@ -16,8 +16,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from test_hostile_read import GRAPH, TILE, first_graph, rewrite_shard, shard_of, tamper_cell
+from test_hostile_read import (
+    GRAPH,
+    TILE,
+    first_graph,
+    fix_manifest_hash,
+    rewrite_shard,
+    shard_of,
+    tamper_cell,
+)
 
 import tpuprep
 from tpuprep.verify import verify
@@ -309,3 +318,31 @@ def test_two_equal_unique_tile_configs_are_found(shards, src, negative_zero):
     edit_graph_configs(shards, gid, copy_first)
     problems = [p for p in verify(src, shards, collections=[TILE]).problems if ".bytes_out is " not in p]
     assert f"{gid}: unique configs are not pairwise distinct" in problems, problems
+
+
+@pytest.mark.parametrize("damage", ["two graphs", "no statistics"])
+def test_a_layout_row_group_verify_cannot_place_is_named(shards, src, damage):
+    """Verify finds a graph's configs rows from the footers' graph_id statistics (docs/spec.md §3: one
+    graph per layout row group): a row group that also holds another graph (its last row renamed), or
+    has no statistics, is refused for the graph, naming the shard and the row group."""
+    gid = first_graph(shards, GRAPH, "train")
+    _, shard = shard_of(shards, gid, "configs")
+    table = pq.read_table(shard)
+    groups = pq.ParquetFile(shard).metadata.num_row_groups
+    sizes = [pq.ParquetFile(shard).metadata.row_group(rg).num_rows for rg in range(groups)]
+    if damage == "two graphs":
+        ids = table.column("graph_id").to_pylist()
+        ids[-1] = gid + "~"  # sorts after gid: the last row group now spans gid..gid~
+        table = table.set_column(table.schema.get_field_index("graph_id"), table.schema.field("graph_id"),
+                                 pa.array(ids, pa.string()))
+    with pq.ParquetWriter(shard, table.schema, compression="zstd", write_page_checksum=True,
+                          write_statistics=damage != "no statistics") as w:
+        start = 0
+        for size in sizes:
+            w.write_table(table.slice(start, size), row_group_size=size)
+            start += size
+    fix_manifest_hash(shards, shard)
+    problems = _problems(src, shards)
+    rg = groups - 1 if damage == "two graphs" else 0
+    said = f"where the configs of {gid!r} were expected alone" if damage == "two graphs" else "has no graph_id statistics"
+    assert any(p.startswith(f"{gid}: cannot be checked: {shard}: row group {rg} ") and said in p for p in problems), problems
