@@ -201,13 +201,15 @@ def test_verify_speed_benchmark_runs_on_a_tiny_corpus(synth_root, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     out = tmp_path / "v.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.verify_speed", str(synth_root / "npz"),
-                           str(tmp_path / "shards"), "--workers", "1", "--sample", "0.5", "--json", str(out)],
+                           str(tmp_path / "shards"), "--workers", "1", "--sample", "0.5", "--floor", "--json", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["build_s"] > 0 and res["verify_s"] > 0 and res["files"] == 23
     assert res["ratio"] == pytest.approx(res["verify_s"] / res["build_s"]) and res["cpu_ratio"] > 0
     assert "verify/build = " in proc.stdout and res["sample"]["verify_s"] > 0
+    run = res["runs"][0]  # the floor: every input inflated, every shard decoded, no check
+    assert run["floor_s"] > 0 and run["floor_cpu_s"] > 0 and "x the build, CPU" in proc.stdout
     again = subprocess.run([sys.executable, "-m", "benchmarks.verify_speed", str(synth_root / "npz"),
                             str(tmp_path / "shards")], cwd=REPO, env=env, capture_output=True, text=True)
     assert again.returncode == 2 and "exists: give a new folder" in again.stderr
@@ -241,12 +243,11 @@ def test_a_repeated_config_row_pointed_at_another_unique_config_is_found(synth_s
 
 
 def test_config_rows_are_valid_only_with_integer_codes_in_minus_1_to_5():
-    from tpuprep.verify.graph import _valid_codes
+    from tpuprep.verify.reference import LayoutEncoder, tie_columns
 
     rows = np.zeros((9, 2, 18), np.float32)
     rows[0, 0, 0], rows[1, 1, 17] = -1, 5  # valid
     for i, bad in enumerate([6, -2, 2.5, np.nan, 127, -128, 255], start=2):
         rows[i, 0, 3] = bad
-    with np.errstate(invalid="ignore"):
-        got = _valid_codes(rows, rows.astype(np.int8))
+    got, _ = LayoutEncoder(tie_columns(np.arange(2))).encode(rows)
     assert got.tolist() == [True, True] + [False] * 7

@@ -41,7 +41,8 @@ def dask_timeout(value: str | None = None) -> float | None:
 
 def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: str | os.PathLike | None = None,
                 *, dask_local: bool = False, cluster: bool = False, use_env: bool = False, retries: int = 2,
-                min_workers: int = 1, timeout: float | None = None, quiet: bool = True, converter: bool = False):
+                min_workers: int = 1, timeout: float | None = None, quiet: bool = True, converter: bool = False,
+                kernels: bool = True):
     """The runner for these settings; ``tpuprep build`` and ``tpuprep run`` both make theirs here.
 
     A scheduler address or file selects an existing Dask cluster, and so does ``cluster`` without
@@ -56,6 +57,7 @@ def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: 
     60 s) bounds every wait for the cluster: to reach the scheduler, for the first worker and,
     mid-build, while no worker is left; ``quiet`` silences Dask's own log output (the command
     reports cluster failures itself). Dask is imported only when a Dask runner is asked for.
+    ``kernels=False``: local worker processes do not load the Numba kernels (tasks that use none).
     """
     env = env_scheduler()
     if not (scheduler or scheduler_file or dask_local) and (cluster or (use_env and workers <= 1)):
@@ -74,7 +76,7 @@ def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: 
     from .local import ProcessRunner, SerialRunner
 
     if workers > 1:
-        return ProcessRunner(workers)
+        return ProcessRunner(workers, kernels=kernels)
     if converter:
         from . import worker
 

@@ -63,12 +63,12 @@ def follow_parent(parent_pid: int, pdeathsig: bool = True,
     threading.Thread(target=watch, name="tpuprep-parent-watch", daemon=True).start()
 
 
-def pool_worker_init(parent_pid: int, pdeathsig: bool) -> None:
+def pool_worker_init(parent_pid: int, pdeathsig: bool, kernels: bool = True) -> None:
     """Initializer of ``ProcessRunner`` workers: follow the parent, ignore SIGINT (Ctrl-C reaches
-    the whole process group; the parent stops the workers), then ``warm_worker``."""
+    the whole process group; the parent stops the workers), then ``warm_worker(kernels=kernels)``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     follow_parent(parent_pid, pdeathsig)
-    warm_worker()
+    warm_worker(kernels=kernels)
 
 
 class WorkersLost(RuntimeError):
@@ -147,8 +147,9 @@ class ProcessRunner:
 
     name = "processes"
 
-    def __init__(self, workers: int, max_restarts: int = 3):
+    def __init__(self, workers: int, max_restarts: int = 3, kernels: bool = True):
         self.workers = workers
+        self.kernels = kernels  # load the Numba kernels in each worker (``warm_worker``)
         self.max_restarts = max_restarts
         self.restarts = 0
         self._generation = 0
@@ -161,7 +162,7 @@ class ProcessRunner:
         main = threading.current_thread() is threading.main_thread()
         return cf.ProcessPoolExecutor(
             max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=pool_worker_init, initargs=(os.getpid(), main),
+            initializer=pool_worker_init, initargs=(os.getpid(), main, self.kernels),
         )
 
     def worker_pids(self) -> list[int]:

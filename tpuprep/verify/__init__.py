@@ -21,8 +21,11 @@ a kernel bug cannot hide behind itself. What is checked:
   ``reading.InputReader``); its declared shapes within the input limits (``limits.py``);
 - per graph, against its input file: the kept node set and edge set (NumPy breadth-first search);
   ``node_feat`` rows re-padded exactly by the docs/spec.md §2.2 rule (or untouched with ``--no-repad``),
-  opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed)
-  against the decoded codes of its unique config via ``config_inverse``; every original runtime; the
+  opcodes, remapped edges, ``node_config_ids`` and ``node_splits``; every original config row (streamed),
+  its values integers in −1..5, encoded to base-7 codes by verify's own NumPy (docs/spec.md §2.4), each
+  tied node's codes equal to its stored column's, against the stored ``codes`` of its unique config via
+  ``config_inverse``; ``config_node_tie`` numbering its stored columns 0..nt−1 in order of first
+  appearance; every original runtime; the
   minimum-runtime / ``group_size`` / ``first_index`` bookkeeping; with dedup, unique configs pairwise
   distinct, without it one config per group; every scalar column of the ``graphs`` row (``num_edges``,
   ``fold`` = ``graph_fold(graph_id, folds)``, ``source_sha256`` = the input's sha256 ...) and the
@@ -30,26 +33,30 @@ a kernel bug cannot hide behind itself. What is checked:
 - per collection and split: the manifest's totals (sums of the per-input counts, shard bytes) and the
   train ``node_feat_stats`` recomputed from the shards' feature rows.
 
-Layout configs are compared without holding a graph's configs: the shard's unique configs are read in
-blocks (``Dataset.iter_config_blocks``) while the input's rows stream beside them; each unique config is
-kept as a 128-bit digest (SHA-256, truncated) of its int8 values; the input row where it first occurs
-is compared with its values directly, every other row (a repeat) by digest; "pairwise distinct" is
-distinct digests. A false "equal" would need a digest collision (≈ 2^-128 per pair); memory is O(c)
-per graph whatever nc, so ``verify`` runs beside a full-size build.
+Layout configs are compared in the stored domain, never decoded (``layout``): the input's rows are
+encoded the way the shards store them (``reference.LayoutEncoder``: multiply-adds, no division) and
+compared with the ``codes`` byte planes read by verify itself with pyarrow (``stored``), joined to
+int32 with every byte kept. Both stream in order; the input row where a unique config first occurs is
+compared with its stored codes directly, every other row (a repeat) by a key of its codes
+(``reference.RowKeys``: m exact float64 sums with random weights drawn per graph, a false "equal"
+≤ 2^-128 per pair whatever the data), against its unique config's stored key; "pairwise distinct" is
+distinct stored keys. Memory is O(c) per graph whatever nc, so ``verify`` runs beside a full-size build.
 
 With ``sample`` (``tpuprep verify --sample FRACTION --seed N``) only a seeded subset of the converted
 inputs is checked against its graph; every shard-side check and the manifest's totals still cover
 everything, and the report says how many graphs of how many were checked.
 
 The package splits these by job: ``shards`` (the shard folder), ``graph`` (one graph against its
-input), ``reading`` (an input's members inflated once), ``reference`` (the NumPy reference rules),
-``run`` (the orchestration, ``verify``), ``report``.
+input), ``layout`` (a layout graph's configs against its input's rows), ``stored`` (a layout graph's
+configs rows read as stored), ``reading`` (an input's members inflated once), ``reference`` (the NumPy
+reference rules), ``run`` (the orchestration, ``verify``), ``report``.
 
 Options that leave no trace in the shards (``chunk_bytes``, ``row_group_bytes``, ``shard_bytes``, the
 zstd level) are checked for type and range only.
 """
 
-from .graph import VERIFY_BLOCK_BYTES, verify_graph
+from .graph import verify_graph
+from .layout import VERIFY_BLOCK_BYTES
 from .reference import (
            InputFacts,
            expected_structure,

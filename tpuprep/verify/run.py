@@ -71,14 +71,23 @@ def verify_batch(ds: Dataset | str, items: list[tuple[InputFile, dict]],
     return [verify_input(ds, inp, entry, storage_options) for inp, entry in items]
 
 
+def _shard_order(todo: list[tuple[InputFile, dict]], k: int) -> tuple:
+    """Sort key of ``todo[k]``: layout inputs first, as listed; then tile inputs by collection, split, graph id."""
+    inp = todo[k][0]
+    return (inp.kind == "tile", inp.collection, inp.split, inp.graph_id, k) if inp.kind == "tile" else (False, k)
+
+
 def plan_batches(todo: list[tuple[InputFile, dict]]) -> list[list[int]]:
-    """Indices of ``todo`` in tasks: each layout input alone; tile inputs in consecutive runs of at
-    most ``BATCH_FILES`` files and ``BATCH_BYTES`` bytes; largest task first (the few big files start
-    at once instead of ending the run on one busy worker)."""
+    """Indices of ``todo`` in tasks: each layout input alone; tile inputs in runs of at most
+    ``BATCH_FILES`` files and ``BATCH_BYTES`` bytes, in the shards' order (collection, split, graph id:
+    a run reads one or two row groups, where discovery's order, by file name across splits, made a
+    worker read its row groups again for nearly every graph); largest task first (the few big files
+    start at once instead of ending the run on one busy worker)."""
     batches: list[list[int]] = []
     run: list[int] = []
     size = 0
-    for k, (inp, _) in enumerate(todo):
+    for k in sorted(range(len(todo)), key=lambda k: _shard_order(todo, k)):
+        inp = todo[k][0]
         if inp.kind != "tile":
             batches.append([k])
             continue
@@ -106,7 +115,7 @@ def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _P
         return None
     from ..runners import make_runner
 
-    runner = make_runner(workers)
+    runner = make_runner(workers, kernels=False)  # verify's checks are plain NumPy: no kernel to load
     try:
         local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
         batches = plan_batches(todo)
@@ -127,19 +136,19 @@ def _collect(ds: Dataset, todo: list[tuple[InputFile, dict]], pending: _Pending 
     taken from the workers; yields (input, result) in the order of ``todo`` whatever order the
     workers finish in, so the report is the same as a serial run's."""
     notify = progress or (lambda event, info: None)
-    if pending is None:
-        for inp, entry in todo:
-            result = verify_input(ds, inp, entry)
-            notify("file", {"path": inp.relpath, "bytes": inp.size, "status": "ok"})
-            yield inp, result
-        return
-    index = {id(f): b for b, f in enumerate(pending.futures)}
     results: dict[int, tuple] = {}
-    for fut in pending.runner.as_completed(pending.futures):
-        batch = pending.batches[index[id(fut)]]
-        for k, result in zip(batch, fut.result(), strict=True):
-            results[k] = result
-            notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
+    if pending is None:  # in the order the workers would take them (the shards' order for tile inputs)
+        for k in sorted(range(len(todo)), key=lambda k: _shard_order(todo, k)):
+            inp, entry = todo[k]
+            results[k] = verify_input(ds, inp, entry)
+            notify("file", {"path": inp.relpath, "bytes": inp.size, "status": "ok"})
+    else:
+        index = {id(f): b for b, f in enumerate(pending.futures)}
+        for fut in pending.runner.as_completed(pending.futures):
+            batch = pending.batches[index[id(fut)]]
+            for k, result in zip(batch, fut.result(), strict=True):
+                results[k] = result
+                notify("file", {"path": todo[k][0].relpath, "bytes": todo[k][0].size, "status": "ok"})
     for k, (inp, _) in enumerate(todo):
         yield inp, results[k]
 

@@ -24,6 +24,7 @@ from ..shards.schema import COMPRESSIONS, table_schema
 from ..tpugraphs import selected
 from .reference import feature_moments
 from .report import VerifyReport
+from .stored import int_values
 
 
 def check_totals(manifest: dict, problems: list[str]) -> None:
@@ -207,8 +208,11 @@ def _check_shard_layout(ds: Dataset, path: Path | str, shard: dict, problems: li
         unique = _column(pf, path, "num_unique_configs").to_pylist()
         graph_rows[key] += zip(ids.to_pylist(), [rel] * len(ids), unique, strict=True)
         return
-    config_ids = _column(pf, path, "config_id").to_numpy()
-    changes = np.flatnonzero(pc.not_equal(ids[1:], ids[:-1]).to_numpy(zero_copy_only=False)) + 1 if len(ids) > 1 else []
+    config_ids = int_values(_column(pf, path, "config_id"))
+    if config_ids is None:
+        problems.append(f"{rel}: column config_id holds nulls")
+        return
+    changes = int_values(pc.indices_nonzero(pc.not_equal(ids[1:], ids[:-1]))) + 1 if len(ids) > 1 else []
     bounds = [0, *(int(j) for j in changes), len(ids)] if len(ids) else []
     for start, stop in itertools.pairwise(bounds):  # a graph's configs rows are consecutive
         gid = ids[start].as_py()
