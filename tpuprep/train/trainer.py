@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -113,6 +114,16 @@ def usable_for_training(structure: Any, kind: str) -> bool:
     return kind == "layout" or structure.config_runtime_normalizers_original is not None
 
 
+def validation_rows(graph_id: str, num_unique: int, max_configs: int, seed: int) -> np.ndarray:
+    """The unique-config rows a validation scores of ``graph_id``: all of them, or a sorted sample of
+    ``max_configs`` (int64) seeded by ``seed`` and a digest of the graph id (CRC-32) — so a graph gets
+    the same rows whichever graphs were scored before it, and every validation of a run the same."""
+    if num_unique <= max_configs:
+        return np.arange(num_unique)
+    rng = np.random.Generator(np.random.PCG64([seed, zlib.crc32(graph_id.encode())]))
+    return np.sort(rng.choice(num_unique, max_configs, replace=False))
+
+
 def quick_validation(ranker: Ranker, structures: StructureCache, ids: list[str], max_configs: int,
                      seed: int) -> float:
     """Mean score over ``ids`` on ≤ max_configs sampled unique configs: τ (layout), tile score (tile).
@@ -141,7 +152,7 @@ def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], 
     is over the graphs scored so far. Expected: the graph's last time (shared out over its blocks), else
     the slowest validation rate seen per config × configurable node, else — the run's first validation
     graph — the rate of its blocks scored so far (its first block starts unchecked). Graphs are scored in the
-    order of ``ids``; the same rows are drawn each time (seeded by ``seed`` and the graph's place)."""
+    order of ``ids``; the same rows are drawn each time (:func:`validation_rows`: seeded by ``seed`` and the graph id)."""
     vals = []
     kind = ranker.config.kind
     scored = unusable = 0
@@ -160,10 +171,7 @@ def validate_within(ranker: Ranker, structures: StructureCache, ids: list[str], 
                 continue
             c_u = structure.num_unique_configs
             per_config = max(1, len(pg.config_pos))  # scoring units (config × configurable node)
-            rng = np.random.Generator(np.random.PCG64([seed, len(vals)]))
-            rows = np.arange(c_u)
-            if len(rows) > max_configs:
-                rows = np.sort(rng.choice(c_u, max_configs, replace=False))
+            rows = validation_rows(gid, c_u, max_configs, seed)
             units = per_config * len(rows)
             known = None if budget is None else budget.graph_estimate(gid, units)
             fits(known or 0.0)  # a graph of unknown cost starts; its blocks are checked as they come
