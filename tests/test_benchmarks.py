@@ -8,6 +8,7 @@ that every target of the issues is evaluated. The figures themselves live in ben
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -358,3 +359,30 @@ def test_row_groups_benchmark_rewrites_shards_as_the_build_cut_them(synth_root, 
     assert res["totals"]["groups"] == sum(r["groups"] for r in res["shards"])
     assert abs(res["projected_fixed_cpu_s"] - res["fixed_us_per_row_group"] * groups / 1e6) < 0.01
     assert sorted(res["variants_fixed_us_per_row_group"]) == sorted(VARIANTS)
+
+
+def test_quality_benchmark_trains_with_defaults_per_seed_and_checks_the_limit(tmp_path):
+    """benchmarks.quality on tiny (one epoch, so it is quick): one row per seed and collection with the
+    τ/oracle, wall and CPU; a second run against the first's JSON checks the 1.5 × limit."""
+    work, first = tmp_path / "w", tmp_path / "q1.json"
+    args = ["--work", str(work), "--profile", "tiny", "--seeds", "1,2", "--collections",
+            "layout:xla:random,tile:xla", "--set", "epochs=1", "--set", "hidden=8"]
+    proc = run_module("benchmarks.quality", *args, "--json", str(first))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a goal missed after one epoch
+    res = json.loads(first.read_text())
+    assert [(r["seed"], r["collection"]) for r in res["rows"]] == [
+        (1, "layout:xla:random"), (1, "tile:xla"), (2, "layout:xla:random"), (2, "tile:xla")]
+    for r in res["rows"]:
+        assert r["epochs"] == 1 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mb"] > 0
+        assert math.isfinite(r["ratio"]) and ("goal_ok" in r) == r["collection"].startswith("layout")
+        assert "limit_ok" not in r  # no baseline given
+    layout = res["rows"][0]
+    assert layout["ratio"] == layout["tau"] / layout["tau_oracle"]
+    assert res["settings"] == {"epochs": "1", "hidden": "8"}
+    proc = run_module("benchmarks.quality", *args, "--baseline", str(first), "--json", str(tmp_path / "q2.json"))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    again = json.loads((tmp_path / "q2.json").read_text())
+    for a, b in zip(res["rows"], again["rows"], strict=True):
+        assert b["baseline_cpu_s"] == a["cpu_s"] and b["limit_ok"] == (b["cpu_s"] <= 1.5 * a["cpu_s"])
+        assert b["ratio"] == a["ratio"]  # same seed, same settings: the same model
+    assert "limit" in proc.stdout and ("MISSED" in proc.stdout) == (proc.returncode == 1)
