@@ -76,13 +76,14 @@ def export_revision(work: Path, rev: str) -> Path:
 def train_default(shards: Path, collection: str, out: Path, code_root: Path, options: list[str]) -> dict:
     """``tpuprep train --shards --collection --out`` (+ ``options``) with the package at ``code_root``,
     in a measured process: {wall_s, cpu_s, peak_rss_mb, load, steps, epochs}."""
-    from benchmarks.__main__ import tpuprep_cmd
     from benchmarks.measure import measure
 
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": os.pathsep.join([str(code_root), str(REPO)])}
     out.parent.mkdir(parents=True, exist_ok=True)
-    m = measure(tpuprep_cmd("train", "--shards", str(shards), "--collection", collection, "--out", str(out),
-                            "-q", *options), env=env)
+    # code_root first on sys.path: `python -c` would otherwise import the tpuprep of the working directory
+    boot = f"import sys; sys.path.insert(0, {str(code_root)!r}); from tpuprep.cli import main; sys.exit(main())"
+    m = measure([sys.executable, "-c", boot, "train", "--shards", str(shards), "--collection", collection,
+                 "--out", str(out), "-q", *options], env=env)
     hist = json.loads(out.with_suffix(".json").read_text())["history"]
     return {"wall_s": round(m.wall_s, 1), "cpu_s": round(m.cpu_s, 1), "peak_rss_mb": round(m.peak_rss_mb),
             "load": [m.load_before, m.load_after], "steps": hist[-1]["steps"], "epochs": hist[-1]["epoch"]}

@@ -386,3 +386,18 @@ def test_quality_benchmark_trains_with_defaults_per_seed_and_checks_the_limit(tm
         assert b["baseline_cpu_s"] == a["cpu_s"] and b["limit_ok"] == (b["cpu_s"] <= 1.5 * a["cpu_s"])
         assert b["ratio"] == a["ratio"]  # same seed, same settings: the same model
     assert "limit" in proc.stdout and ("MISSED" in proc.stdout) == (proc.returncode == 1)
+
+
+def test_quality_benchmark_trains_the_baseline_with_the_revisions_own_code(tmp_path):
+    """--baseline-rev trains with that revision's package, not the working tree's: at 37b9382 the
+    default was 20 epochs with validation after each; the candidate here is told 1 epoch."""
+    out = tmp_path / "q.json"
+    proc = run_module("benchmarks.quality", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seeds", "3",
+                      "--collections", "layout:xla:random", "--set", "epochs=1", "--baseline-rev", "37b9382",
+                      "--json", str(out))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    (row,) = res["rows"]
+    assert res["baseline"]["3/layout:xla:random"]["epochs"] == 20 and row["epochs"] == 1
+    assert row["baseline_cpu_s"] == res["baseline"]["3/layout:xla:random"]["cpu_s"]
+    assert row["limit_ok"] == (row["cpu_s"] <= 1.5 * row["baseline_cpu_s"])
