@@ -49,4 +49,4 @@ def test_default_epochs_follow_the_kind_and_are_recorded():
         # validated after the first epoch, every 10th and the last
         assert [h["epoch"] for h in r.history if "valid_tau" in h or "valid_tile_score" in h] == \
             sorted({1, *range(10, epochs + 1, 10), epochs})
-    assert DEFAULT_EPOCHS == {"layout": 40, "tile": 20}
+    assert DEFAULT_EPOCHS == {"layout": 32, "tile": 20}

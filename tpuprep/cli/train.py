@@ -114,7 +114,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="Model path; writes OUT.npz (weights) and OUT.json (config).")
 @click.option("--epochs", default=None, type=click.IntRange(min=0),
-              help="Passes over the training graphs  [default: 40 for layout, 20 for tile]")
+              help="Passes over the training graphs  [default: 32 for layout, 20 for tile]")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")

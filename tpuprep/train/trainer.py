@@ -45,11 +45,13 @@ TRAIN_KEEP_BYTES = 128 * 2 ** 20
 ``backward`` recomputes the other chunks, same gradients)."""
 
 
-DEFAULT_EPOCHS = {"layout": 40, "tile": 20}
+DEFAULT_EPOCHS = {"layout": 32, "tile": 20}
 """Epochs of a run that does not say (``TrainConfig.epochs`` None, ``tpuprep train`` without ``--epochs``).
-Layout: 40 (20 before issue #30 item 4: the models were still learning; with validation every 10th epoch
-instead of every epoch the run costs ≤ 1.5 × the former default's CPU time on ``small``). Tile: 20 (its
-score is at 0.98–0.99 of the noise-free top 5 already, and its many cheap steps would double the time)."""
+Layout: 32 (20 before issue #30 item 4: the models were still learning). With validation every 10th epoch
+instead of every epoch, 32 epochs cost ≤ 1.5 × the former default's CPU time on every ``small`` seed
+measured (40 cost 1.67 × on seed 0 xla:default, whose validations are cheap and steps dear). Tile: 20
+(its score is at 0.98–0.99 of the noise-free top 5 already; more of its many cheap steps would cost
+time for nothing)."""
 
 
 class TrainingDiverged(FatalError, ValueError):
