@@ -8,6 +8,7 @@ that every target of the issues is evaluated. The figures themselves live in ben
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -371,3 +372,45 @@ def test_largest_graph_benchmark_measures_the_open_step_against_its_goal(synth_s
     assert res["nc"] > 0 and res["whole_codes_bytes"] > 0
     assert all(g["kept_mb"] >= 0 and g["load_s"] > 0 for g in res["open"]["graphs"])
     assert "peak RSS" in proc.stdout and "met" in proc.stdout
+
+
+def test_quality_benchmark_trains_with_defaults_per_seed_and_checks_the_limit(tmp_path):
+    """benchmarks.quality on tiny (one epoch, so it is quick): one row per seed and collection with the
+    τ/oracle, wall and CPU; a second run against the first's JSON checks the 1.5 × limit."""
+    work, first = tmp_path / "w", tmp_path / "q1.json"
+    args = ["--work", str(work), "--profile", "tiny", "--seeds", "1,2", "--collections",
+            "layout:xla:random,tile:xla", "--set", "epochs=1", "--set", "hidden=8"]
+    proc = run_module("benchmarks.quality", *args, "--json", str(first))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a goal missed after one epoch
+    res = json.loads(first.read_text())
+    assert [(r["seed"], r["collection"]) for r in res["rows"]] == [
+        (1, "layout:xla:random"), (1, "tile:xla"), (2, "layout:xla:random"), (2, "tile:xla")]
+    for r in res["rows"]:
+        assert r["epochs"] == 1 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_rss_mb"] > 0
+        assert math.isfinite(r["ratio"]) and ("goal_ok" in r) == r["collection"].startswith("layout")
+        assert "limit_ok" not in r  # no baseline given
+    layout = res["rows"][0]
+    assert layout["ratio"] == layout["tau"] / layout["tau_oracle"]
+    assert res["settings"] == {"epochs": "1", "hidden": "8"}
+    proc = run_module("benchmarks.quality", *args, "--baseline", str(first), "--json", str(tmp_path / "q2.json"))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    again = json.loads((tmp_path / "q2.json").read_text())
+    for a, b in zip(res["rows"], again["rows"], strict=True):
+        assert b["baseline_cpu_s"] == a["cpu_s"] and b["limit_ok"] == (b["cpu_s"] <= 1.5 * a["cpu_s"])
+        assert b["ratio"] == a["ratio"]  # same seed, same settings: the same model
+    assert "limit" in proc.stdout and ("MISSED" in proc.stdout) == (proc.returncode == 1)
+
+
+def test_quality_benchmark_trains_the_baseline_with_the_revisions_own_code(tmp_path):
+    """--baseline-rev trains with that revision's package, not the working tree's: at 37b9382 the
+    default was 20 epochs with validation after each; the candidate here is told 1 epoch."""
+    out = tmp_path / "q.json"
+    proc = run_module("benchmarks.quality", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seeds", "3",
+                      "--collections", "layout:xla:random", "--set", "epochs=1", "--baseline-rev", "37b9382",
+                      "--json", str(out))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    (row,) = res["rows"]
+    assert res["baseline"]["3/layout:xla:random"]["epochs"] == 20 and row["epochs"] == 1
+    assert row["baseline_cpu_s"] == res["baseline"]["3/layout:xla:random"]["cpu_s"]
+    assert row["limit_ok"] == (row["cpu_s"] <= 1.5 * row["baseline_cpu_s"])

@@ -119,7 +119,8 @@ def test_tile_backward_matches_finite_differences(tile_graph):
                   np.random.default_rng(5))
 
 
-def test_full_chain_with_ranknet_loss(layout_graph):
+@pytest.mark.parametrize("kind", ["ranknet", "listmle"])
+def test_full_chain_with_a_loss(layout_graph, kind):
     mean, std = stats_of([layout_graph])
     cfg = ModelConfig("layout", hidden=4, head_hidden=4, layers=2, dtype="float64")
     pg = prepare_graph(layout_graph, "layout", mean, std, 2, np.float64)
@@ -129,14 +130,14 @@ def test_full_chain_with_ranknet_loss(layout_graph):
     target = layout_graph.config_runtime[rows]
 
     def loss_fn():
-        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, "ranknet")[0]
+        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, kind)[0]
 
     scores, cache = forward(params, pg, vals, cfg)
-    _, ds = pairwise_loss(scores, target, "ranknet")
+    _, ds = pairwise_loss(scores, target, kind)
     numeric_check(params, loss_fn, backward(params, pg, cache, ds, cfg), np.random.default_rng(3))
 
 
-@pytest.mark.parametrize("kind", ["hinge", "ranknet"])
+@pytest.mark.parametrize("kind", ["hinge", "ranknet", "listmle"])
 def test_pairwise_loss_gradient(kind):
     rng = np.random.default_rng(0)
     s = rng.standard_normal(12) * 0.7
@@ -151,6 +152,9 @@ def test_pairwise_loss_gradient(kind):
     if kind == "hinge":
         i, j = np.nonzero(t[:, None] > t[None, :])
         assert loss == pytest.approx(np.maximum(0, 1 - (s[i] - s[j])).mean())
+    if kind == "listmle":  # Plackett–Luce NLL of the slowest-first order (ties by position), per config
+        a = s[np.argsort(-t, kind="stable")]
+        assert loss == pytest.approx(np.mean([np.log(np.exp(a[k:]).sum()) - a[k] for k in range(12)]))
     assert pairwise_loss(np.zeros(3), np.ones(3), kind) == (0.0, pytest.approx(np.zeros(3)))
 
 

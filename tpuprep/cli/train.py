@@ -113,7 +113,8 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--collection", required=True, help="Collection id, e.g. layout:xla:random or tile:xla.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="Model path; writes OUT.npz (weights) and OUT.json (config).")
-@click.option("--epochs", default=20, show_default=True, type=click.IntRange(min=0))
+@click.option("--epochs", default=None, type=click.IntRange(min=0),
+              help="Passes over the training graphs  [default: 32 for layout, 20 for tile]")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")
@@ -132,15 +133,17 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--holdout-fold", default=None, type=click.IntRange(min=0),
               help="Train on train+valid graphs outside this fold (ds.fold) and validate on it.")
 @click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Report a quick validation score after every epoch.")
+              help="Report a quick validation score (see --valid-every).")
+@click.option("--valid-every", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Validate after the first epoch, every N-th and the last one.")
 @click.option("--cache-graphs", default=None, type=click.IntRange(min=1),
               help="Keep at most N prepared graph structures in memory (default: as many as "
                    "fit in 128 MB; configs are never kept, each step reads its sample).")
 @threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, batch_configs: int,
+def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: int, batch_configs: int,
               lr: float, hidden: int, layers: int, derived: bool, loss: str, batches_per_graph: int,
-              time_budget: float | None, holdout_fold: int | None, validate: bool,
+              time_budget: float | None, holdout_fold: int | None, validate: bool, valid_every: int,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
     """Train a torch-free ranking model for one collection."""
     from ..train.ranker import model_paths
@@ -152,7 +155,7 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int, seed: int, ba
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
                       head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
                       time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
-                      threads=threads or None, cache_graphs=cache_graphs)
+                      valid_every=valid_every, threads=threads or None, cache_graphs=cache_graphs)
     with refusals():
         train(ds, collection, cfg, out=out, log=None if quiet else sys.stderr)
 

@@ -1,19 +1,21 @@
-"""Pairwise ranking losses over the configs of one graph (TGraph eq. 8, and RankNet).
+"""Ranking losses over the configs of one graph: pairwise (TGraph eq. 8, RankNet) and listwise (ListMLE).
 
 For a batch of B configs with scores s (B,) (higher = slower) and targets r (B,) (true runtime, or
 runtime / normalizer for tile), the pairs P = {(i, j) : r_i > r_j} give
 
 * hinge:   L = (1/|P|) Σ_P max(0, margin − (s_i − s_j))
 * ranknet: L = (1/|P|) Σ_P log(1 + exp(−(s_i − s_j)))
+* listmle: with π the configs slowest first (by r; ties by position), the negative log-likelihood of π
+  under the Plackett–Luce model of the scores, per config: L = (1/B) Σ_i (log Σ_{k≥i} exp(s_πk) − s_πi)
 
-Both return (loss, dL/ds (B,) float64); a batch without any ordered pair gives (0, zeros).
+All return (loss, dL/ds (B,) float64); a batch without any ordered pair gives (0, zeros).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LOSSES = ("hinge", "ranknet")
+LOSSES = ("hinge", "ranknet", "listmle")
 
 
 def pairwise_loss(scores: np.ndarray, target: np.ndarray, kind: str = "hinge",
@@ -29,6 +31,8 @@ def pairwise_loss(scores: np.ndarray, target: np.ndarray, kind: str = "hinge",
     n_pairs = int(mask.sum())
     if n_pairs == 0:
         return 0.0, np.zeros_like(s)
+    if kind == "listmle":
+        return listmle_loss(s, t)
     diff = s[:, None] - s[None, :]
     if kind == "hinge":
         active = mask & (diff < margin)
@@ -42,4 +46,22 @@ def pairwise_loss(scores: np.ndarray, target: np.ndarray, kind: str = "hinge",
         sig = np.exp(-np.logaddexp(0.0, diff))  # sigmoid(−diff)
         coef = np.where(mask, sig, 0.0)
     grad = (-coef.sum(axis=1) + coef.sum(axis=0)) / n_pairs
+    return loss, grad
+
+
+def listmle_loss(scores: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
+    """ListMLE of ``scores`` (B,) float64 against ``target`` (B,): (loss, dL/ds (B,) float64).
+
+    a = the scores ordered slowest first, c_i = log Σ_{k≥i} exp(a_k) (a reversed running logaddexp);
+    L = (1/B) Σ_i (c_i − a_i) and dL/da_k = (Σ_{i≤k} exp(a_k − c_i) − 1) / B (each term ≤ 1).
+    """
+    order = np.argsort(-np.asarray(target, np.float64), kind="stable")
+    a = scores[order]
+    c = np.logaddexp.accumulate(a[::-1])[::-1]
+    n = len(a)
+    loss = float((c - a).sum() / n)
+    below = np.tril(np.ones((n, n), bool))  # [k, i]: i ≤ k
+    ga = (np.where(below, np.exp(np.minimum(a[:, None] - c[None, :], 0.0)), 0.0).sum(axis=1) - 1.0) / n
+    grad = np.empty_like(a)
+    grad[order] = ga
     return loss, grad
