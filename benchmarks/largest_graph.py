@@ -36,7 +36,7 @@ def make_corpus(work: Path, nc: int) -> Path:
     """``DIR/shards`` holding one layout graph with c = 100,040 configs and ≥ ``nc`` configurable nodes
     (synthesised and built once; reused when ``DIR/shards/manifest.json`` exists)."""
     from tpuprep.synth.driver import synthesize
-    from tpuprep.synth.profiles import resolve_profile
+    from tpuprep.synth.profiles import PROFILES, resolve_profile
 
     shards = work / "shards"
     if (shards / "manifest.json").exists():
@@ -44,7 +44,8 @@ def make_corpus(work: Path, nc: int) -> Path:
     profile = replace(resolve_profile("bench"), name="largest", counts={BIG_COLLECTION: (1, 0, 0)},
                       big=(BIG_COLLECTION, "train", 0, nc), nlp_nodes=(1400, 1500))
     t = time.perf_counter()
-    synthesize(work / "tree", profile, collections=[BIG_COLLECTION])
+    PROFILES[profile.name] = profile  # synthesize takes a profile by name (this process only)
+    synthesize(work / "tree", profile.name, collections=[BIG_COLLECTION])
     print(f"synthesised one graph in {time.perf_counter() - t:.0f} s", flush=True)
     m = measure(tpuprep_cmd("build", "--src", str(work / "tree" / "npz"), "--dst", str(shards), "-q"))
     print(f"built in {m.wall_s:.1f} s (peak RSS {m.peak_rss_mb:.0f} MB)", flush=True)
