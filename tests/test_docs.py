@@ -17,6 +17,7 @@ import pytest
 import yaml
 from test_readers import EXAMPLES, REPO, hf_env, require
 
+from tpuprep.io.storage import resolve
 from tpuprep.shards import schema_doc
 from tpuprep.shards.card import HF_SPLITS, config_name, hf_features, render_card
 from tpuprep.shards.manifest import read_manifest
@@ -149,7 +150,7 @@ def _front_matter(card: str) -> dict:
 def test_card_is_written_by_build_and_reproducible(synth_shards):
     manifest = read_manifest(synth_shards)
     card = (synth_shards / "README.md").read_text()
-    assert card == render_card(manifest, synth_shards)
+    assert card == render_card(manifest, resolve(str(synth_shards)))
     assert render_card(manifest) == render_card(json.loads(json.dumps(manifest)))
 
 

@@ -15,7 +15,6 @@ The YAML is written by a tiny emitter here (no PyYAML needed) and is determinist
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -66,18 +65,15 @@ def _splits(coll: dict) -> list[str]:
     return sorted(coll["splits"], key=lambda s: (SPLITS.index(s) if s in SPLITS else 99, s))
 
 
-def _uncompressed_bytes(root: Path | Store, rel: str) -> int:
+def _uncompressed_bytes(root: Store, rel: str) -> int:
     import pyarrow.parquet as pq
 
-    if isinstance(root, Store):
-        with root.open(rel) as fh:
-            meta = pq.ParquetFile(fh).metadata
-    else:
-        meta = pq.ParquetFile(root / rel).metadata
+    with root.open(rel) as fh:
+        meta = pq.ParquetFile(fh).metadata
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-def hf_metadata(manifest: dict, root: Path | Store | None = None) -> dict[str, Any]:
+def hf_metadata(manifest: dict, root: Store | None = None) -> dict[str, Any]:
     """The card's ``configs`` and ``dataset_info`` (HF conventions) for the shards of a manifest.
 
     ``dataset_info`` gives each config's features and, per split, ``num_examples`` (rows; ``datasets``
@@ -92,8 +88,7 @@ def hf_metadata(manifest: dict, root: Path | Store | None = None) -> dict[str, A
         table = shard["table"].split("_", 1)[1]
         key = (shard["collection"], table, shard["split"])
         rows[key] = rows.get(key, 0) + shard["rows"]
-        size = (shard["bytes"] if root is None
-                else _uncompressed_bytes(root if isinstance(root, Store) else Path(root), shard["path"]))
+        size = shard["bytes"] if root is None else _uncompressed_bytes(root, shard["path"])
         data_bytes[key] = data_bytes.get(key, 0) + size
         files[(shard["collection"], table)] = files.get((shard["collection"], table), 0) + shard["bytes"]
     configs, infos = [], []
@@ -120,7 +115,7 @@ def _size_category(n: int) -> str:
 # --------------------------------------------------------------------------- card
 
 
-def render_card(manifest: dict, root: Path | Store | None = None) -> str:
+def render_card(manifest: dict, root: Store | None = None) -> str:
     """The card's Markdown text: YAML front matter (HF conventions) + a human description.
 
     ``root`` is the shard folder (for the uncompressed sizes in ``dataset_info``); optional.
