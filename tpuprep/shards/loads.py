@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import BadShards, one_line
 from ..tpugraphs import collection_kind
 from . import arguments, pages, parquet
-from .parquet import check_graph_groups, codes_rows, flat
+from .parquet import check_graph_groups, codes_rows, flat, rows_of
 from .records import GraphRecord, flat_or_none, list_cell, read_only
 from .shard_index import ShardIndex
 from .stored_codes import StoredCodes
@@ -79,7 +78,7 @@ class GraphLoads:
                 stored, pieces = None, []
                 for cpath, crg in groups:
                     t = self._row_group(cpath, crg)
-                    pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
+                    pieces.append(rows_of(t, "graph_id", graph_id))
             return self._with_configs(record, scalar, pieces, stored)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):

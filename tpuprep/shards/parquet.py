@@ -90,6 +90,10 @@ def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
     return merged
 
 
+_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
+"""Arrow's names of its floating-point types → NumPy's."""
+
+
 def flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """All leaf values of a (possibly nested, possibly chunked) list array as one NumPy array."""
     if isinstance(array, pa.ChunkedArray):
@@ -97,7 +101,39 @@ def flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type):
         array = array.flatten()
+    if array.null_count == 0 and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+        # the values buffer as it is (zero-copy): pyarrow's to_numpy imports pandas on its first call,
+        # ≈ 0.37 s in every process that reads a shard (each DataLoader or verify worker)
+        dtype = np.dtype(_FLOATS.get(str(array.type), str(array.type)))  # int8 … uint64 spell alike
+        return np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * dtype.itemsize)
     return array.to_numpy(zero_copy_only=array.null_count == 0 and not pa.types.is_boolean(array.type))
+
+
+def rows_of(table: pa.Table, name: str, value: str) -> pa.Table:
+    """The rows of ``table`` whose string column ``name`` equals ``value``. Rows of one graph are one
+    run in a sorted shard: they are found from the column's offsets and bytes and sliced (zero-copy);
+    anything else goes through ``pyarrow.compute`` (which, like every Python → Arrow conversion,
+    imports pandas on its first call: ≈ 0.37 s in each reading process)."""
+    want = value.encode()
+    hits = []
+    base = 0
+    for chunk in table.column(name).chunks:
+        if len(chunk) and not chunk.null_count and pa.types.is_string(chunk.type):
+            _, offsets_buf, data_buf = chunk.buffers()
+            offsets = np.frombuffer(offsets_buf, np.int32, len(chunk) + 1, chunk.offset * 4)
+            data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+            rows = np.flatnonzero(np.diff(offsets) == len(want))  # values of the right length
+            if len(want) and len(rows):
+                at = offsets[rows][:, None] + np.arange(len(want))
+                rows = rows[(data[at] == np.frombuffer(want, np.uint8)).all(axis=1)]
+            hits.append(rows + base)
+        elif len(chunk):
+            return table.filter(pc.equal(table.column(name), value))
+        base += len(chunk)
+    rows = np.concatenate(hits) if hits else np.zeros(0, np.int64)
+    if len(rows) and rows[-1] - rows[0] + 1 != len(rows):  # not one run: let pyarrow filter
+        return table.filter(pc.equal(table.column(name), value))
+    return table.slice(int(rows[0]) if len(rows) else 0, len(rows))
 
 
 def binary_bytes(column: pa.ChunkedArray) -> np.ndarray:

@@ -245,7 +245,7 @@ class SampledReads:
         pieces = []
         for path, rg in groups:
             t = parquet.read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
-            pieces.append(t.filter(pc.equal(t.column("graph_id"), graph_id)))
+            pieces.append(parquet.rows_of(t, "graph_id", graph_id))
         table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         ids = flat(table.column("config_id"))
         if not np.array_equal(ids, np.arange(len(ids))):
