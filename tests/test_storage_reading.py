@@ -114,3 +114,28 @@ def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
     assert local == f"{tmp_path / 'a.parquet'}: permission denied ([Errno 13] Permission denied)"
     remote = str(storage_error(denied, "s3://b/a.parquet", resolve("s3://b/x")))
     assert "the credentials in use may not read it" in remote
+
+
+def test_a_small_file_is_read_whole_alike_on_every_backend(store):
+    from tpuprep.io.storage import FileTooLarge, NotARegularFile
+
+    assert store.read_whole("a/file.bin", len(BODY)) == BODY
+    with pytest.raises(FileTooLarge) as big:
+        store.read_whole("a/file.bin", len(BODY) - 1)
+    assert big.value.size == len(BODY)
+    with pytest.raises(NotARegularFile):
+        store.read_whole("a/sub", 1 << 20)  # a folder locally, a prefix in a bucket
+    with pytest.raises(FileNotFoundError):
+        store.read_whole("a/none.bin", 1 << 20)
+
+
+def test_a_manifest_that_is_a_folder_or_missing_reads_alike_on_every_backend(store):
+    from tpuprep.errors import BadShards
+    from tpuprep.shards.manifest import read_manifest
+
+    shown = store.reading_name(store.reading_root(store.display), "a/sub/manifest.json")
+    store.write_bytes("a/sub/manifest.json/x", b"{}")  # where the manifest should be: a folder or a prefix
+    with pytest.raises(BadShards, match=rf"^{re.escape(str(shown))}: is not a regular file$"):
+        read_manifest(resolve(store.url("a/sub") if not store.is_local else store.path("a/sub")))
+    with pytest.raises(BadShards, match=r"manifest.json: missing: .* is not a finished tpuprep build"):
+        read_manifest(resolve(store.url("a") if not store.is_local else store.path("a")))

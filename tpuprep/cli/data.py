@@ -73,8 +73,6 @@ def info(dst, as_json, from_shards) -> None:
     if as_json:
         json_errors()
     store = resolve(dst, what="DST")
-    if store.is_local:
-        store = dst
     m = read_manifest(store)  # BadShards (one line, exit 1) for a folder that is not a finished build
     if from_shards:
         m = _recount(dst, m)

@@ -408,6 +408,33 @@ class Store:
             raise NotConfined("is not a file")
         return url, int(info["size"])
 
+    def read_whole(self, rel: str, limit: int) -> bytes:
+        """The bytes of the small file ``rel`` (a manifest), at most ``limit``. Locally opened once
+        (links followed; ``O_NONBLOCK``, so a FIFO there never blocks) and checked on the open file;
+        remotely the object's info, then the object. ``FileNotFoundError`` when it is missing,
+        ``NotARegularFile`` for anything but a file, ``FileTooLarge`` over ``limit`` bytes; any other
+        failure as the backend raises it (a local ``OSError``; a remote request's own error)."""
+        if self.is_local:
+            path = self.path(rel)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotARegularFile(errno.EINVAL, "not a regular file", path)
+                if st.st_size > limit:
+                    raise FileTooLarge(st.st_size)
+                with open(os.dup(fd), "rb") as fh:
+                    return fh.read(limit + 1)
+            finally:
+                os.close(fd)
+        info = self.fs.info(self.path(rel))
+        if info.get("type") != "file":
+            raise NotARegularFile(errno.EINVAL, "not a file", self.url(rel))
+        if (info.get("size") or 0) > limit:
+            raise FileTooLarge(info["size"])
+        with self.open(rel, "rb") as fh:
+            return fh.read(limit + 1)
+
     def open_random_access(self, name: Path | str, size: int | None = None):
         """A source for ``pyarrow.parquet.ParquetFile`` to read a file's footer and row groups from:
         locally the file opened now (``pyarrow.OSFile``: native reads; ``FileNotFoundError`` when it is
@@ -512,6 +539,14 @@ class _Prefetched(ByteWindow):
             data = memoryview(self.fs.cat_file(self.path, start=pos, end=end))
         view[: len(data)] = data
         return len(data)
+
+
+class FileTooLarge(ValueError):
+    """A file larger than a reader accepts (``Store.read_whole``); ``size`` is its size in bytes."""
+
+    def __init__(self, size: int):
+        super().__init__(f"{size} bytes")
+        self.size = size
 
 
 class NotARegularFile(OSError):

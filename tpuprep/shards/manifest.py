@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import platform
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -19,7 +17,14 @@ from typing import Any
 
 from ..errors import BadShards, display_name, raw_name_hex
 from ..faults import checkpoint
-from ..io.storage import Store, missing_bucket, storage_error
+from ..io.storage import (
+    FileTooLarge,
+    NotARegularFile,
+    Store,
+    missing_bucket,
+    resolve,
+    storage_error,
+)
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
 from .layout import MANIFEST, SHARD_NAME
@@ -360,14 +365,32 @@ def validate_schema(m: dict, path: Path) -> str | None:
 
 def read_manifest(root: str | Path | Store) -> dict:
     """Read and check ``<root>/manifest.json`` (``check_manifest``). Raises ``BadShards`` — one line
-    naming the file and what is wrong — when it is missing, not a regular file, not JSON, or fails the
-    check. ``root`` may be a ``Store`` (``io.storage.resolve``): a remote one is read through its
-    filesystem, with a missing bucket or a denied read a ``FatalError`` naming the URL."""
-    if isinstance(root, Store) and not root.is_local:
-        path, data = root.url(MANIFEST), _read_remote(root)
-    else:
-        root = root.root if isinstance(root, Store) else root
-        path, data = Path(root) / MANIFEST, _read_local(root)
+    naming the file and what is wrong — when it is missing, not a regular file, implausibly large, not
+    JSON, or fails the check. ``root`` is a folder, a URL or a ``Store`` (``io.storage.resolve``); the
+    file is read through the store (``Store.read_whole``), and for an object store a missing bucket or
+    a refused request is its one-line ``FatalError`` naming the URL."""
+    store = root if isinstance(root, Store) else resolve(root)
+    shown = store.display  # a local folder as the user named it, a URL without credentials
+    path = store.reading_name(store.reading_root(shown), MANIFEST)
+    try:
+        data = store.read_whole(MANIFEST, MAX_MANIFEST_BYTES)
+    except FileNotFoundError as exc:
+        if missing_bucket(store):
+            raise storage_error(exc, str(path), store) from None
+        raise BadShards(f"{path}: missing: {shown} is not a finished tpuprep build (an interrupted build "
+                        "is finished with tpuprep build --resume)") from None
+    except NotARegularFile:  # a folder, FIFO, device; remotely a prefix
+        raise BadShards(f"{path}: is not a regular file") from None
+    except FileTooLarge as exc:
+        raise BadShards(f"{path}: {exc.size} bytes is implausibly large for a manifest") from None
+    except OSError as exc:
+        if not store.os_errors_name_files:  # a refused request: the store's one line
+            raise storage_error(exc, str(path), store) from None
+        raise BadShards(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    except Exception as exc:  # the first request to a store: also no credentials, no endpoint (botocore)
+        if store.os_errors_name_files:
+            raise
+        raise storage_error(exc, str(path), store) from None
     try:
         m = json.loads(data, parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
@@ -379,54 +402,6 @@ def read_manifest(root: str | Path | Store) -> dict:
     except RecursionError:
         raise BadShards(f"{path}: is not a manifest: nested too deeply") from None
     return check_manifest(m, path)
-
-
-def _read_local(root: str | Path) -> bytes:
-    """The bytes of the local ``<root>/manifest.json`` (a regular file of plausible size)."""
-    path = Path(root) / MANIFEST
-    try:  # O_NONBLOCK: a FIFO in its place must not block; fstat: the file read is the file checked
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise BadShards(f"{path}: missing: {root} is not a finished tpuprep build (an interrupted build "
-                        "is finished with tpuprep build --resume)") from None
-    except OSError as exc:
-        raise BadShards(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BadShards(f"{path}: is not a regular file")
-        if st.st_size > MAX_MANIFEST_BYTES:
-            raise BadShards(f"{path}: {st.st_size} bytes is implausibly large for a manifest")
-        with open(os.dup(fd), "rb") as fh:
-            return fh.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        raise BadShards(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-
-
-def _read_remote(store: Store) -> bytes:
-    """The bytes of ``manifest.json`` under a remote store (an object of plausible size). A missing
-    manifest is ``BadShards`` (not a finished build); a missing bucket or a denied request is the
-    store's one-line ``FatalError``."""
-    url = store.url(MANIFEST)
-    try:
-        info = store.fs.info(store.path(MANIFEST))
-        if info.get("type") != "file":
-            raise BadShards(f"{url}: is not a file")
-        if (info.get("size") or 0) > MAX_MANIFEST_BYTES:
-            raise BadShards(f"{url}: {info['size']} bytes is implausibly large for a manifest")
-        with store.open(MANIFEST, "rb") as fh:
-            return fh.read(MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError as exc:
-        if missing_bucket(store):
-            raise storage_error(exc, url, store) from None
-        raise BadShards(f"{url}: missing: {store.display} is not a finished tpuprep build (an "
-                        "interrupted build is finished with tpuprep build --resume)") from None
-    except BadShards:
-        raise
-    except Exception as exc:  # the first request to the store: also no credentials, no endpoint (botocore)
-        raise storage_error(exc, url, store) from None
 
 
 def _no_constant(name: str) -> None:
