@@ -23,6 +23,17 @@ from tpuprep.shards.schema import table_schema
 from tpuprep.shards.writer import parquet_options
 
 
+def corrupt_codes_page(path, rg: int) -> None:
+    """Flip one bit near the end of row group ``rg``'s ``codes`` column chunk in the shard ``path``
+    (inside its last page: the page's CRC-32 no longer matches)."""
+    chunk = pages.chunk_info(pq.ParquetFile(path).metadata, rg)
+    with open(path, "r+b") as fh:
+        fh.seek(chunk.end - 3)
+        byte = fh.read(1)
+        fh.seek(chunk.end - 3)
+        fh.write(bytes([byte[0] ^ 0x10]))
+
+
 def _shard(sizes: list[int], nt: int, seed: int, **overrides) -> tuple[bytes, np.ndarray]:
     """A layout_configs shard of one graph written with the build's options (row groups of ``sizes``
     configs, codes of ``nt`` columns): (file bytes, (c_u, 12·nt) uint8 codes)."""
@@ -170,12 +181,7 @@ def test_a_corrupt_codes_page_is_bad_shards_through_pyarrow(synth_shards, tmp_pa
     gid = max(_layout_ids(ds), key=ds.num_unique_configs)
     groups, _ = ds._index(*ds._where(gid)).config_plan(gid)
     path, rg = groups[0]
-    chunk = pages.chunk_info(pq.ParquetFile(path).metadata, rg)
-    with open(path, "r+b") as fh:
-        fh.seek(chunk.end - 3)
-        byte = fh.read(1)
-        fh.seek(chunk.end - 3)
-        fh.write(bytes([byte[0] ^ 0x10]))
+    corrupt_codes_page(path, rg)
     with pytest.raises(BadShards, match=rf"{path.name}: row groups? .*corrupt"):
         ds.sample_configs(gid, ds.num_unique_configs(gid))
 

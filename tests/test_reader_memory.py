@@ -10,6 +10,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from npzfactory import layout_arrays, write
+from test_pages import corrupt_codes_page
 
 import tpuprep
 from tpuprep.kernels.base7 import decode_base7
@@ -87,8 +88,6 @@ def test_kept_codes_decode_to_the_eager_read_bit_for_bit(big):
 def test_a_corrupt_codes_page_is_still_bad_shards_when_the_graph_is_loaded(big, tmp_path):
     import shutil
 
-    import pyarrow.parquet as pq
-
     from tpuprep.errors import BadShards
 
     dst = tmp_path / "shards"
@@ -96,11 +95,6 @@ def test_a_corrupt_codes_page_is_still_bad_shards_when_the_graph_is_loaded(big, 
     ds = tpuprep.open_dataset(dst)
     (gid,) = ds.graph_ids()
     path, rg = ds._index(*ds._where(gid)).config_plan(gid)[0][3]
-    chunk = pages.chunk_info(pq.ParquetFile(path).metadata, rg)
-    with open(path, "r+b") as fh:
-        fh.seek(chunk.end - 3)
-        byte = fh.read(1)
-        fh.seek(chunk.end - 3)
-        fh.write(bytes([byte[0] ^ 0x10]))
+    corrupt_codes_page(path, rg)
     with pytest.raises(BadShards, match=rf"{path.name}: row groups? .*corrupt"):
         ds.load_graph(gid)

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..errors import BadShards, one_line
 from ..tpugraphs import collection_kind
 from . import arguments, pages, parquet
-from .parquet import check_graph_groups, codes_rows, flat, rows_of
+from .parquet import check_graph_groups, codes_rows, flat, merge_ranges, rows_of
 from .records import GraphRecord, flat_or_none, list_cell, read_only
 from .shard_index import ShardIndex
 from .stored_codes import StoredCodes
@@ -104,7 +104,7 @@ class GraphLoads:
             rgs = [rg for p, rg in groups if p == cpath]
             try:
                 mine = self._chunks_of(cpath, rgs, graph_id)
-                spans = _merged([(c.start, c.end) for c in mine])
+                spans = merge_ranges([(c.start, c.end) for c in mine], MERGE_GAP)
                 fetched = self._fetcher(cpath)(spans)
             except pages.Unhandled:
                 return None
@@ -198,14 +198,3 @@ class GraphLoads:
         """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
         for gid in self.graph_ids(collection, split):
             yield self.load_graph(gid)
-
-
-def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted ``ranges`` with those less than ``MERGE_GAP`` bytes apart joined (one read each)."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start <= out[-1][1] + MERGE_GAP:
-            out[-1] = (out[-1][0], max(end, out[-1][1]))
-        else:
-            out.append((start, end))
-    return out

@@ -81,8 +81,13 @@ def chunk_ranges(meta: pq.FileMetaData, rgs: list[int], columns: list[str],
             if col.has_dictionary_page and col.dictionary_page_offset:
                 start = min(start, col.dictionary_page_offset)
             spans.append((start, start + col.total_compressed_size))
+    return merge_ranges(spans, gap)
+
+
+def merge_ranges(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Byte ranges [start, end) sorted, with those at most ``gap`` bytes apart joined (one read each)."""
     merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
+    for start, end in sorted(ranges):
         if merged and start <= merged[-1][1] + gap:
             merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
         else:
