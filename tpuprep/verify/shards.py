@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import stat
 from collections import defaultdict
 from pathlib import Path
 
@@ -108,24 +107,20 @@ def _shard_file(ds: Dataset, i: int, problems: list[str]) -> Path | str | None:
     """The checked file of shard entry ``i`` (inside the folder, regular, bytes and sha256 as listed;
     remotely an object under the prefix, read through the dataset's store)."""
     shard = ds.manifest["shards"][i]
-    if ds.store.is_local and not os.path.lexists(ds.root / shard["path"]):
+    if not ds.store.exists(shard["path"]):
         problems.append(f"{shard['path']}: shard is missing")
         return None
     try:
-        path = ds.shard_path(i)
+        path = ds.shard_path(i)  # confined to the folder, a regular file or an object
     except BadShards as exc:
         problems.append(str(exc))
         return None
     digest = None
-    if not ds.store.is_local:
-        with ds.store.open_url(str(path), "rb") as fh:  # sequential: the store's read-ahead suits it
-            if fh.size == shard["bytes"]:
-                digest = sha256_stream(fh)[0]
-    else:
-        with open(path, "rb") as fh:  # fstat: the file hashed is the regular file checked
-            st = os.fstat(fh.fileno())
-            if stat.S_ISREG(st.st_mode) and st.st_size == shard["bytes"]:
-                digest = sha256_stream(fh)[0]
+    with ds.store.open_url(str(path), "rb") as fh:  # sequential: a store's read-ahead suits it
+        size = fh.seek(0, os.SEEK_END)  # the size of the file hashed, not of the one listed
+        fh.seek(0)
+        if size == shard["bytes"]:
+            digest = sha256_stream(fh)[0]
     if digest != shard["sha256"]:
         problems.append(f"{shard['path']}: shard bytes changed (sha256 differs from the manifest)")
         return None
