@@ -125,14 +125,14 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")
-@click.option("--lr", default=2e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--lr", default=4e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--layers", default=2, show_default=True, type=click.IntRange(min=1),
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
 @click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
-@click.option("--pair-weight", default="none", show_default=True, type=LazyChoice(_pair_weights),
+@click.option("--pair-weight", default="floor", show_default=True, type=LazyChoice(_pair_weights),
               help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 1e-3) (pairs "
                    "closer than the measurement noise count little), logdiff = |log r_i - log r_j|.")
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))

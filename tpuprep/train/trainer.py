@@ -74,14 +74,14 @@ class TrainConfig:
     epochs: int | None = None  # None: DEFAULT_EPOCHS of the collection's kind
     seed: int = 0
     batch_configs: int = 64
-    lr: float = 2e-3
+    lr: float = 4e-3
     hidden: int = 64
     head_hidden: int = 64
     layers: int = 2
     derived: bool = True  # layout: hand-made layout features + violation ratio in the model
     loss: str = "hinge"
     margin: float = 1.0
-    pair_weight: str = "none"  # losses.PAIR_WEIGHTS: "logdiff" weighs pairs by |Δ log runtime|
+    pair_weight: str = "floor"  # losses.PAIR_WEIGHTS: pairs closer than ~the noise count little
     weight_decay: float = 1e-5
     clip_norm: float = 1.0
     batches_per_graph: int = 1
