@@ -133,7 +133,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Layout: add hand-made layout features and the violation ratio to the model.")
 @click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
 @click.option("--pair-weight", default="floor", show_default=True, type=LazyChoice(_pair_weights),
-              help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 1e-3) (pairs "
+              help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 3e-3) (pairs "
                    "closer than the measurement noise count little), logdiff = |log r_i - log r_j|.")
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=None, type=click.FloatRange(min=0),
