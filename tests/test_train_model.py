@@ -119,21 +119,25 @@ def test_tile_backward_matches_finite_differences(tile_graph):
                   np.random.default_rng(5))
 
 
-@pytest.mark.parametrize("kind", ["ranknet", "listmle"])
-def test_full_chain_with_a_loss(layout_graph, kind):
+@pytest.mark.parametrize(("kind", "weight"), [("ranknet", "none"), ("listmle", "none"), ("ranknet", "floor")])
+def test_full_chain_with_a_loss(layout_graph, kind, weight):
     mean, std = stats_of([layout_graph])
     cfg = ModelConfig("layout", hidden=4, head_hidden=4, layers=2, dtype="float64")
     pg = prepare_graph(layout_graph, "layout", mean, std, 2, np.float64)
     params = init_params(cfg, 9)
     rows = np.arange(8)
     vals = layout_graph.node_config_feat(rows)
-    target = layout_graph.config_runtime[rows]
+    target = layout_graph.config_runtime[rows].astype(np.float64)
+    if weight != "none":  # gaps around the floor, so the weights differ from pair to pair
+        target = target + 100 * target.max()
+        w = np.minimum(np.abs(np.log(target)[:, None] - np.log(target)[None, :]) / TIE_FLOOR, 1.0)
+        assert 0 < w[w > 0].min() < 0.5 and w.max() == 1.0
 
     def loss_fn():
-        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, kind)[0]
+        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, kind, weight=weight)[0]
 
     scores, cache = forward(params, pg, vals, cfg)
-    _, ds = pairwise_loss(scores, target, kind)
+    _, ds = pairwise_loss(scores, target, kind, weight=weight)
     numeric_check(params, loss_fn, backward(params, pg, cache, ds, cfg), np.random.default_rng(3))
 
 
