@@ -19,7 +19,7 @@ from tpuprep.train.features import (
     tile_iteration_dims,
 )
 from tpuprep.train.kernels import config_embed
-from tpuprep.train.losses import pairwise_loss
+from tpuprep.train.losses import TIE_FLOOR, pairwise_loss
 from tpuprep.train.model import (
     ModelConfig,
     backward,
@@ -119,21 +119,25 @@ def test_tile_backward_matches_finite_differences(tile_graph):
                   np.random.default_rng(5))
 
 
-@pytest.mark.parametrize("kind", ["ranknet", "listmle"])
-def test_full_chain_with_a_loss(layout_graph, kind):
+@pytest.mark.parametrize(("kind", "weight"), [("ranknet", "none"), ("listmle", "none"), ("ranknet", "floor")])
+def test_full_chain_with_a_loss(layout_graph, kind, weight):
     mean, std = stats_of([layout_graph])
     cfg = ModelConfig("layout", hidden=4, head_hidden=4, layers=2, dtype="float64")
     pg = prepare_graph(layout_graph, "layout", mean, std, 2, np.float64)
     params = init_params(cfg, 9)
     rows = np.arange(8)
     vals = layout_graph.node_config_feat(rows)
-    target = layout_graph.config_runtime[rows]
+    target = layout_graph.config_runtime[rows].astype(np.float64)
+    if weight != "none":  # gaps around the floor, so the weights differ from pair to pair
+        target = target + 100 * target.max()
+        w = np.minimum(np.abs(np.log(target)[:, None] - np.log(target)[None, :]) / TIE_FLOOR, 1.0)
+        assert 0 < w[w > 0].min() < 0.5 and w.max() == 1.0
 
     def loss_fn():
-        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, kind)[0]
+        return pairwise_loss(forward(params, pg, vals, cfg, keep=False)[0], target, kind, weight=weight)[0]
 
     scores, cache = forward(params, pg, vals, cfg)
-    _, ds = pairwise_loss(scores, target, kind)
+    _, ds = pairwise_loss(scores, target, kind, weight=weight)
     numeric_check(params, loss_fn, backward(params, pg, cache, ds, cfg), np.random.default_rng(3))
 
 
@@ -156,6 +160,39 @@ def test_pairwise_loss_gradient(kind):
         a = s[np.argsort(-t, kind="stable")]
         assert loss == pytest.approx(np.mean([np.log(np.exp(a[k:]).sum()) - a[k] for k in range(12)]))
     assert pairwise_loss(np.zeros(3), np.ones(3), kind) == (0.0, pytest.approx(np.zeros(3)))
+
+
+@pytest.mark.parametrize("weight", ["logdiff", "floor"])
+@pytest.mark.parametrize("kind", ["hinge", "ranknet"])
+def test_pair_weights_gradient_and_definition(kind, weight):
+    rng = np.random.default_rng(1)
+    s = rng.standard_normal(10) * 0.7
+    # runtimes (ns) with ties, gaps from 2e-4 (under the floor) to ×5 (over it)
+    t = rng.choice([1.0, 1.0002, 1.0006, 1.5, 5.0], 10) * 1e6
+    loss, g = pairwise_loss(s, t, kind, weight=weight)
+    for i in range(10):
+        e = np.zeros(10)
+        e[i] = EPS
+        num = (pairwise_loss(s + e, t, kind, weight=weight)[0]
+               - pairwise_loss(s - e, t, kind, weight=weight)[0]) / (2 * EPS)
+        assert g[i] == pytest.approx(num, abs=1e-6)
+    i, j = np.nonzero(t[:, None] > t[None, :])
+    w = np.log(t[i]) - np.log(t[j])
+    if weight == "floor":
+        w = np.minimum(w / TIE_FLOOR, 1.0)
+        assert 0 < w.min() < 0.5 and w.max() == 1.0
+    per = np.maximum(0, 1 - (s[i] - s[j])) if kind == "hinge" else np.log1p(np.exp(-(s[i] - s[j])))
+    assert loss == pytest.approx((w * per).sum() / w.sum())
+    assert loss != pytest.approx(per.mean())  # the weights change the loss
+    # a near-tie (1e-5 relative) next to a clear pair barely pulls its scores, unweighted it pulls alike
+    s3, t3 = np.zeros(3), np.array([1.0, 1.00001, 2.0])
+    gw = pairwise_loss(s3, t3, kind, weight=weight)[1]
+    assert abs(gw[1] - gw[0]) < 0.05 * abs(gw[2] - gw[0])
+    gu = pairwise_loss(s3, t3, kind)[1]
+    assert abs(gu[1] - gu[0]) > 0.1 * abs(gu[2] - gu[0])
+    assert pairwise_loss(np.zeros(3), np.ones(3), kind, weight=weight) == (0.0, pytest.approx(np.zeros(3)))
+    with pytest.raises(ValueError, match="pair weight"):
+        pairwise_loss(s, t, kind, weight="square")
 
 
 def test_gelu_kernel_matches_reference():

@@ -72,6 +72,13 @@ def _losses() -> tuple[str, ...]:
     return LOSSES
 
 
+def _pair_weights() -> tuple[str, ...]:
+    """The loss's pair-weight names (``train.losses.PAIR_WEIGHTS``; imported only when needed)."""
+    from ..train.losses import PAIR_WEIGHTS
+
+    return PAIR_WEIGHTS
+
+
 def _open(shards: str) -> Any:
     import tpuprep
 
@@ -118,13 +125,16 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")
-@click.option("--lr", default=2e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--lr", default=4e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--layers", default=2, show_default=True, type=click.IntRange(min=1),
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
 @click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
+@click.option("--pair-weight", default="floor", show_default=True, type=LazyChoice(_pair_weights),
+              help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 3e-3) (pairs "
+                   "closer than the measurement noise count little), logdiff = |log r_i - log r_j|.")
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--time-budget", default=None, type=click.FloatRange(min=0),
               help="Seconds the whole run may take, validation and saving included (the model is "
@@ -142,7 +152,8 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: int, batch_configs: int,
-              lr: float, hidden: int, layers: int, derived: bool, loss: str, batches_per_graph: int,
+              lr: float, hidden: int, layers: int, derived: bool, loss: str, pair_weight: str,
+              batches_per_graph: int,
               time_budget: float | None, holdout_fold: int | None, validate: bool, valid_every: int,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
     """Train a torch-free ranking model for one collection."""
@@ -153,7 +164,8 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: 
         _check_output(written, "--out", [])
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
-                      head_hidden=hidden, layers=layers, derived=derived, loss=loss, batches_per_graph=batches_per_graph,
+                      head_hidden=hidden, layers=layers, derived=derived, loss=loss, pair_weight=pair_weight,
+                      batches_per_graph=batches_per_graph,
                       time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
                       valid_every=valid_every, threads=threads or None, cache_graphs=cache_graphs)
     with refusals():

@@ -9,6 +9,12 @@ runtime / normalizer for tile), the pairs P = {(i, j) : r_i > r_j} give
   under the Plackett–Luce model of the scores, per config: L = (1/B) Σ_i (log Σ_{k≥i} exp(s_πk) − s_πi)
 
 All return (loss, dL/ds (B,) float64); a batch without any ordered pair gives (0, zeros).
+
+Pair weights (``weight``, hinge and ranknet; the loss is Σ_P w_ij · loss_ij / Σ_P w_ij): "none" counts
+every ordered pair alike (w = 1); "floor" (the trainer's default) w_ij = min(1, |log r_i − log r_j| ÷
+TIE_FLOOR), so pairs whose runtimes differ by about the measurement noise (near-ties) count in
+proportion to their gap and clearly ordered pairs fully; "logdiff" w_ij = |log r_i − log r_j| (large
+gaps dominate).
 """
 
 from __future__ import annotations
@@ -16,13 +22,20 @@ from __future__ import annotations
 import numpy as np
 
 LOSSES = ("hinge", "ranknet", "listmle")
+PAIR_WEIGHTS = ("none", "logdiff", "floor")
+TIE_FLOOR = 3e-3
+"""Runtime gap (|Δ log runtime|) from which a pair counts fully under the "floor" weights: ~5 × the
+synthetic layout noise σ ≤ 6e-4 (a difference of two measurements has σ√2), 0.3 % of the runtime."""
 
 
 def pairwise_loss(scores: np.ndarray, target: np.ndarray, kind: str = "hinge",
-                  margin: float = 1.0) -> tuple[float, np.ndarray]:
-    """Mean pairwise loss of ``scores`` (B,) against ``target`` (B,) and its gradient (B,) float64."""
+                  margin: float = 1.0, weight: str = "none") -> tuple[float, np.ndarray]:
+    """Mean pairwise loss of ``scores`` (B,) against ``target`` (B,) and its gradient (B,) float64.
+    ``weight``: the pair weights of the pairwise losses (module docstring; listmle has none)."""
     if kind not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
+    if weight not in PAIR_WEIGHTS:
+        raise ValueError(f"pair weight must be one of {PAIR_WEIGHTS}, got {weight!r}")
     s = np.asarray(scores, np.float64)
     t = np.asarray(target)
     if s.shape != t.shape or s.ndim != 1:
@@ -33,19 +46,29 @@ def pairwise_loss(scores: np.ndarray, target: np.ndarray, kind: str = "hinge",
         return 0.0, np.zeros_like(s)
     if kind == "listmle":
         return listmle_loss(s, t)
+    if weight != "none":
+        lt = np.log(np.maximum(t.astype(np.float64), np.finfo(np.float64).tiny))
+        w = np.where(mask, lt[:, None] - lt[None, :], 0.0)  # (B, B) ≥ 0, 0 off the pairs
+        if weight == "floor":
+            w = np.minimum(w / TIE_FLOOR, 1.0)
+        norm = float(w.sum())
+        if norm <= 0.0:
+            return 0.0, np.zeros_like(s)
+    else:
+        w, norm = mask.astype(np.float64), float(n_pairs)
     diff = s[:, None] - s[None, :]
     if kind == "hinge":
         active = mask & (diff < margin)
-        loss = float(np.where(active, margin - diff, 0.0).sum() / n_pairs)
-        coef = active.astype(np.float64)  # dL/d diff_ij = −coef_ij / |P|
+        loss = float((np.where(active, margin - diff, 0.0) * w).sum() / norm)
+        coef = np.where(active, w, 0.0)  # dL/d diff_ij = −coef_ij / norm
     else:
         # softplus(−diff) computed stably; d/d diff = −sigmoid(−diff)
         neg = -diff
         sp = np.maximum(neg, 0.0) + np.log1p(np.exp(-np.abs(neg)))
-        loss = float(np.where(mask, sp, 0.0).sum() / n_pairs)
+        loss = float((np.where(mask, sp, 0.0) * w).sum() / norm)
         sig = np.exp(-np.logaddexp(0.0, diff))  # sigmoid(−diff)
-        coef = np.where(mask, sig, 0.0)
-    grad = (-coef.sum(axis=1) + coef.sum(axis=0)) / n_pairs
+        coef = np.where(mask, sig, 0.0) * w
+    grad = (-coef.sum(axis=1) + coef.sum(axis=0)) / norm
     return loss, grad
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import FatalError
 from ._blas import blas_threads
 from .budget import Budget, OutOfTime, startup_seconds
-from .losses import LOSSES, pairwise_loss
+from .losses import LOSSES, PAIR_WEIGHTS, pairwise_loss
 from .metrics import kendall_tau, slowdown_at_k
 from .model import ModelConfig, backward, forward
 from .optim import AdamW, lr_at
@@ -74,13 +74,14 @@ class TrainConfig:
     epochs: int | None = None  # None: DEFAULT_EPOCHS of the collection's kind
     seed: int = 0
     batch_configs: int = 64
-    lr: float = 2e-3
+    lr: float = 4e-3
     hidden: int = 64
     head_hidden: int = 64
     layers: int = 2
     derived: bool = True  # layout: hand-made layout features + violation ratio in the model
     loss: str = "hinge"
     margin: float = 1.0
+    pair_weight: str = "floor"  # losses.PAIR_WEIGHTS: pairs closer than ~the noise count little
     weight_decay: float = 1e-5
     clip_norm: float = 1.0
     batches_per_graph: int = 1
@@ -99,6 +100,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.pair_weight not in PAIR_WEIGHTS:
+            raise ValueError(f"pair_weight must be one of {PAIR_WEIGHTS}, got {self.pair_weight!r}")
         if self.batch_configs < 2:
             raise ValueError("batch_configs must be ≥ 2 (the loss compares pairs)")
         if (self.epochs is not None and self.epochs < 0) or self.batches_per_graph < 1 or self.valid_every < 1:
@@ -348,7 +351,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
             configs_seen += len(target)
             scores, fc = forward(ranker.params, pg, ranker.sample_inputs(pg, batch.sample), mcfg,
                                  keep_bytes=TRAIN_KEEP_BYTES)
-            loss, dscores = pairwise_loss(scores, target, cfg.loss, cfg.margin)
+            loss, dscores = pairwise_loss(scores, target, cfg.loss, cfg.margin, cfg.pair_weight)
             grads = backward(ranker.params, pg, fc, dscores, mcfg)  # type: ignore[arg-type]
             del fc
             opt.step(ranker.params, grads, lr_at(step, total, cfg.lr, progress=budget.progress(validate)))
