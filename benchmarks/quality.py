@@ -1,7 +1,7 @@
 """Model quality with default settings, per seed and collection (issue #30 item 4).
 
 ``python -m benchmarks.quality --work DIR [--seeds 11,23] [--profile small] [--collections C1,C2]
-[--baseline F.json | --baseline-rev REV] [--set KEY=VALUE ...] [--json F]``
+[--baseline F.json | --baseline-rev REV | --baseline-src DIR] [--set KEY=VALUE ...] [--json F]``
 
 1. Per seed, synthesises the profile into ``DIR/s<seed>/synth`` and builds it into ``DIR/s<seed>/shards``
    (both reused when present).
@@ -19,10 +19,11 @@
    the time limit ``≤ 1.5 × the baseline``, checked on CPU seconds (the process's user + system time:
    on a shared machine the wall time measures the load as much as the trainer) and shown for the wall.
 
-The baseline walls: ``--baseline F.json`` (the ``--json`` of an earlier run of this benchmark) or
-``--baseline-rev REV`` (the ``tpuprep`` package of git revision REV, exported to ``DIR/rev-<REV>``, is
-trained first on the same seeds and collections, in the same way, interleaved run by run so both see
-the same machine load). Without either, no limit is checked. Exit 1 when a goal or a limit is missed.
+The baseline: ``--baseline F.json`` (the ``--json`` of an earlier run of this benchmark), or a baseline
+package trained first on the same seeds and collections, in the same way, interleaved run by run so both
+see the same machine load: ``--baseline-rev REV`` (the ``tpuprep`` package of git revision REV, exported to
+``DIR/rev-<REV>``) or ``--baseline-src DIR`` (a folder holding a ``tpuprep`` package, e.g. an unpacked
+release). Without any, no limit is checked. Exit 1 when a goal or a limit is missed.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 COLLECTIONS = ["layout:xla:default", "layout:xla:random", "layout:nlp:default", "layout:nlp:random", "tile:xla"]
 GOAL = 0.9
-"""Layout: τ vs the noise-free truth ≥ GOAL × the oracle τ (issue #30 item 4)."""
+"""Layout: τ(score, measured runtime) ≥ GOAL × the oracle τ (issue #30 item 4)."""
 LIMIT = 1.5
-"""Training wall ≤ LIMIT × the baseline's wall on the same seed and collection."""
+"""Training CPU seconds ≤ LIMIT × the baseline's on the same seed and collection."""
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
 
@@ -61,11 +62,12 @@ def prepare(work: Path, profile: str, seed: int) -> tuple[Path, Path]:
     return synth, shards
 
 
-def export_revision(work: Path, rev: str) -> Path:
-    """The ``tpuprep`` package (and the ``schemas`` it links to) of git revision ``rev`` under ``work/rev-<rev>`` (a PYTHONPATH root)."""
+def export_revision(work: Path, rev: str, repo: Path = REPO) -> Path:
+    """The ``tpuprep`` package (and the ``schemas`` it links to) of git revision ``rev`` of ``repo`` under
+    ``work/rev-<rev>`` (a PYTHONPATH root)."""
     root = work / f"rev-{rev}"
     if not (root / "tpuprep" / "__init__.py").is_file():
-        tar = subprocess.run(["git", "-C", str(REPO), "archive", rev, "tpuprep", "schemas"],  # schemas: a link target
+        tar = subprocess.run(["git", "-C", str(repo), "archive", rev, "tpuprep", "schemas"],  # schemas: a link target
                              capture_output=True, check=True).stdout
         root.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=BytesIO(tar)) as t:
@@ -115,10 +117,9 @@ def options_of(settings: dict[str, str]) -> list[str]:
 
 
 def run(work: Path, profile: str, seeds: list[int], collections: list[str], options: list[str],
-        baseline: dict | None, baseline_rev: str | None) -> dict:
-    """Every seed × collection: the candidate (and, with ``baseline_rev``, that revision) trained and
-    scored; returns {"rows": [...], "baseline": {...}}."""
-    rev_root = export_revision(work, baseline_rev) if baseline_rev else None
+        baseline: dict | None, rev_root: Path | None) -> dict:
+    """Every seed × collection: the candidate (and, with ``rev_root``, the baseline package there) trained
+    and scored; returns {"rows": [...], "baseline": {...}}."""
     rows, base = [], dict(baseline or {})
     for seed in seeds:
         synth, shards = prepare(work, profile, seed)
@@ -170,6 +171,8 @@ def main() -> None:
     ap.add_argument("--collections", default=",".join(COLLECTIONS))
     ap.add_argument("--baseline", type=Path, default=None, help="JSON of an earlier run: its walls are the limit")
     ap.add_argument("--baseline-rev", default=None, help="git revision whose default training is the baseline")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="a folder holding the tpuprep package whose default training is the baseline")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a `tpuprep train` option for the candidate, e.g. --set epochs=40")
     ap.add_argument("--json", type=Path, default=None)
@@ -183,8 +186,11 @@ def main() -> None:
                 r["ratio"] = r["tau"] / r["tau_oracle"]
     settings = dict(item.split("=", 1) for item in args.set)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.baseline_rev and args.baseline_src:
+        ap.error("--baseline-rev and --baseline-src exclude each other")
+    rev_root = export_revision(args.work, args.baseline_rev) if args.baseline_rev else args.baseline_src
     res = run(args.work, args.profile, [int(s) for s in args.seeds.split(",")], args.collections.split(","),
-              options_of(settings), baseline, args.baseline_rev)
+              options_of(settings), baseline, rev_root)
     res |= {"profile": args.profile, "settings": settings}
     print("\n" + table(res))
     missed = [f"{r['seed']}/{r['collection']}: {what}" for r in res["rows"]

@@ -401,16 +401,52 @@ def test_quality_benchmark_trains_with_defaults_per_seed_and_checks_the_limit(tm
     assert "limit" in proc.stdout and ("MISSED" in proc.stdout) == (proc.returncode == 1)
 
 
-def test_quality_benchmark_trains_the_baseline_with_the_revisions_own_code(tmp_path):
-    """--baseline-rev trains with that revision's package, not the working tree's: at 37b9382 the
-    default was 20 epochs with validation after each; the candidate here is told 1 epoch."""
+def test_quality_benchmark_trains_the_baseline_with_its_own_code(tmp_path):
+    """The baseline package is trained with its own code, not the working tree's: a copy of the package
+    whose default is 2 layout epochs, against a candidate told 1 epoch (no git history needed)."""
+    import re
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(REPO / "tpuprep", base / "tpuprep", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "schemas", base / "schemas")  # tpuprep/schemas links to ../schemas
+    trainer = base / "tpuprep" / "train" / "trainer.py"
+    text, n = re.subn(r'DEFAULT_EPOCHS = \{"layout": \d+,', 'DEFAULT_EPOCHS = {"layout": 2,', trainer.read_text())
+    assert n == 1
+    trainer.write_text(text)
     out = tmp_path / "q.json"
     proc = run_module("benchmarks.quality", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seeds", "3",
-                      "--collections", "layout:xla:random", "--set", "epochs=1", "--baseline-rev", "37b9382",
+                      "--collections", "layout:xla:random", "--set", "epochs=1", "--baseline-src", str(base),
                       "--json", str(out))
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     res = json.loads(out.read_text())
     (row,) = res["rows"]
-    assert res["baseline"]["3/layout:xla:random"]["epochs"] == 20 and row["epochs"] == 1
+    assert res["baseline"]["3/layout:xla:random"]["epochs"] == 2 and row["epochs"] == 1
     assert row["baseline_cpu_s"] == res["baseline"]["3/layout:xla:random"]["cpu_s"]
     assert row["limit_ok"] == (row["cpu_s"] <= 1.5 * row["baseline_cpu_s"])
+
+
+def test_quality_benchmark_exports_a_revisions_package_and_schemas(tmp_path):
+    """--baseline-rev REV: the package and the schemas it links to, as committed at REV (not as now)."""
+    from benchmarks.quality import export_revision
+
+    repo = tmp_path / "repo"
+    (repo / "tpuprep").mkdir(parents=True)
+    (repo / "schemas").mkdir()
+    (repo / "tpuprep" / "__init__.py").write_text("VERSION = 'then'\n")
+    (repo / "schemas" / "x.json").write_text("{}")
+    (repo / "tpuprep" / "schemas").symlink_to("../schemas")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "then")
+    (repo / "tpuprep" / "__init__.py").write_text("VERSION = 'now'\n")
+    root = export_revision(tmp_path / "w", "HEAD", repo)
+    assert (root / "tpuprep" / "__init__.py").read_text() == "VERSION = 'then'\n"
+    assert (root / "tpuprep" / "schemas" / "x.json").read_text() == "{}"
