@@ -254,3 +254,21 @@ def test_an_unsafe_file_name_is_shown_with_the_escapes_of_every_other_message(tr
                    "(letters, digits and . _ + - only)"
     (entry,) = [json.loads(x) for x in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
     assert entry["error"].startswith("file name 'bad\\x80name' is not") and "\\udc80" not in entry["error"]
+
+
+def test_file_urls_name_the_folder_they_say_in_a_run_file_and_on_the_command_line(tree, tmp_path):
+    """``file:/x`` (as TOML or click's Path type gives ``file:///x``) is the folder ``/x``: it once became
+    ``file://x``, whose first component was taken for a host and dropped (shards elsewhere, exit 0)."""
+    out = tmp_path / "out"
+    run = _run_file(tmp_path, f'src = "file:{tree}"\ndst = "file:{out}"\n')
+    result = _cli("run", str(run), "-q")
+    assert result.exit_code == 0, result.output
+    assert (out / "manifest.json").is_file()
+    result = _cli("run", str(run), "-q", "--dst", f"file://{tmp_path}/out2")  # click squeezes it to file:/...
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out2" / "manifest.json").is_file()
+    host = f"file:/{tmp_path}/out3"  # file://tmp/...: a host named tmp
+    result = _cli("build", "--src", str(tree), "--dst", host)
+    assert result.exit_code == 2, result.output
+    assert "a file URL names no host" in result.output
+    assert not (tmp_path / "out3").exists()

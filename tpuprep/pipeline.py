@@ -244,11 +244,13 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
 def _location(text: str | os.PathLike, base: Path) -> Path | str:
     """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
     tells a URL from a path: a URL stays a string (``s3:/b``, as click's Path type squeezes
-    ``s3://b``, gets its ``//`` back); a relative path is resolved against ``base`` (the run file's
+    ``s3://b``, gets its ``//`` back; ``file:/x`` is kept, as it names the path ``/x``); a relative path is resolved against ``base`` (the run file's
     folder, or the current folder for an override). ``make_request`` then resolves either once."""
     text = os.fspath(text)
     if looks_like_url(text):
-        return text if "://" in text else text.replace(":/", "://", 1)
+        if "://" in text or text.lower().startswith("file:"):  # file:/x is already the path /x
+            return text
+        return text.replace(":/", "://", 1)
     p = Path(text)
     return p if p.is_absolute() else (base / p).resolve()
 

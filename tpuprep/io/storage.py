@@ -681,7 +681,13 @@ def resolve(target: str | os.PathLike, storage_options: dict | None = None, *,
     text = os.fspath(target)
     scheme = scheme_of(text)
     if scheme is None or scheme == "file":
-        local = urlsplit(text).path if scheme == "file" else text
+        local = text
+        if scheme == "file":
+            parts = urlsplit(text)
+            if parts.netloc not in ("", "localhost"):  # file://tmp/x would silently mean /x
+                raise UsageError(f"{what} {text}: a file URL names no host (file:///path, or the path "
+                                 f"itself); {parts.netloc!r} would be dropped")
+            local = parts.path
         return Store(root=str(Path(local).expanduser().absolute()), display=local)
     if "://" not in text:
         text = text.replace(":/", "://", 1)
