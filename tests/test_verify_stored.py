@@ -96,6 +96,27 @@ def test_two_swapped_stored_configs_are_found(shards, src):
     assert problems == [f"{gid}: original config row {int(g.first_index[2])} is not reconstructed"], problems
 
 
+@pytest.mark.parametrize("keep", ["none", "before_a_repeat"])
+def test_configs_rows_missing_from_the_shards_are_found_not_a_crash(shards, src, keep):
+    """A build that wrote too few configs rows: rows whose config the shards lack, repeats included, are
+    not reconstructed (verify indexed the stored keys past their end: an IndexError traceback)."""
+    gid, g = _graph(shards)
+    inverse = np.asarray(g.config_inverse)
+    first_repeat = int(np.flatnonzero(np.r_[False, np.maximum.accumulate(inverse)[:-1] >= inverse[1:]])[0])
+    cut = 0 if keep == "none" else int(inverse[first_repeat])  # drop the repeated config and later ones
+    assert cut < g.num_unique_configs
+
+    def change(t: pa.Table) -> pa.Table:
+        ids, cids = np.array(t.column("graph_id").to_pylist()), np.array(t.column("config_id").to_pylist())
+        return t.filter(pa.array(~((ids == gid) & (cids >= cut))))
+
+    _, shard = shard_of(shards, gid, "configs")
+    rewrite_shard(shards, shard, change)
+    report = verify(src, shards, collections=[GRAPH])  # no exception
+    assert not report.ok
+    assert any(f"{gid}: original config row" in p and "is not reconstructed" in p for p in report.problems)
+
+
 @pytest.mark.parametrize("code", [7**6, 7**6 + 19608, -1, 2**31 - 1])
 def test_a_stored_code_outside_base_7_is_found(shards, src, code):
     """7^6 and above (a seventh digit), negative codes: no layout values encode to them."""
@@ -346,3 +367,23 @@ def test_a_layout_row_group_verify_cannot_place_is_named(shards, src, damage):
     rg = groups - 1 if damage == "two graphs" else 0
     said = f"where the configs of {gid!r} were expected alone" if damage == "two graphs" else "has no graph_id statistics"
     assert any(p.startswith(f"{gid}: cannot be checked: {shard}: row group {rg} ") and said in p for p in problems), problems
+
+
+def test_verify_keeps_no_dataset_or_open_shard_once_it_returns(synth_root, synth_shards):
+    """Its footer cache is keyed weakly by the dataset and must not hold it: each call left 16 shard
+    files open for the life of the process (library callers, long-lived processes)."""
+    import gc
+    import os
+
+    from tpuprep.verify import stored
+
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    assert verify(synth_root / "npz", synth_shards).ok
+    gc.collect()
+    before = open_files()
+    for _ in range(3):
+        assert verify(synth_root / "npz", synth_shards).ok
+    gc.collect()
+    assert len(stored._FOOTERS) == 0 and open_files() <= before

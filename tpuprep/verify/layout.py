@@ -187,8 +187,12 @@ def _layout_pass(ds: Dataset, r: InputReader, g: GraphRecord, problems: list[str
             held[:] = [values[drop:]]
             held_from += drop
         if not is_first.all():
-            repeat = want[~is_first]  # each refers to an earlier row's config: read already
-            same[~is_first] &= keyer.keys(codes[~is_first]) == stored.keys[repeat]
+            repeat = want[~is_first]  # each refers to an earlier row's config: read already, if the shards hold it
+            there = repeat < stored.done  # a config the shards lack cannot equal its row
+            match = np.zeros(len(repeat), bool)
+            if there.any():
+                match[there] = keyer.keys(codes[~is_first][there]) == stored.keys[repeat[there]]
+            same[~is_first] &= match
         if _not_reconstructed(problems, gid, start, same):
             break
     held.clear()

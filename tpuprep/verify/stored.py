@@ -48,13 +48,14 @@ class _Footers:
     rows (read from the footer once per process)."""
 
     def __init__(self, ds: Dataset):
-        self.ds = ds
+        self._ds = weakref.ref(ds)  # a strong reference would keep the key of _FOOTERS, and its files, alive
         self.files: dict[int, tuple[Path | str, object, list[tuple[str | None, str | None, int]]]] = {}
 
     def shard(self, i: int):
         if i not in self.files:
-            path = self.ds.shard_path(i)
-            pf = self.ds.open_shard(path)
+            ds = self._ds()
+            path = ds.shard_path(i)
+            pf = ds.open_shard(path)
             meta = pf.metadata
             col = meta.schema.names.index("graph_id")
             groups = []
