@@ -197,6 +197,26 @@ def test_a_local_lock_needs_a_place_for_its_file(tmp_path):
         destination.Lock.acquire(store)
 
 
+def test_a_lock_whose_record_cannot_be_written_is_not_kept(tmp_path, monkeypatch):
+    """ENOSPC writing the holder's record: the flock must go with the failed attempt, else this process
+    refuses its own next build of the folder ("being written by another build", its own pid)."""
+    import errno
+
+    store = resolve(tmp_path / "out")
+    store.makedirs()
+    real = os.pwrite
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(locks.os, "pwrite", full)
+    with pytest.raises(OSError, match="No space left"):
+        destination.Lock.acquire(store)
+    monkeypatch.setattr(locks.os, "pwrite", real)
+    with destination.Lock.acquire(store) as lock:
+        lock.check()
+
+
 def test_a_live_lock_object_is_refused_and_a_stale_one_taken_over(bucket):
     store = resolve(f"{bucket}/locked")
     live = {"owner": "x", "pid": 1, "host": "elsewhere.example", "started": "2026-01-01T00:00:00Z",

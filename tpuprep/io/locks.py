@@ -142,12 +142,20 @@ class FileLock:
                     raise LockBusy(self._read(fd), self.release_rule) from None
                 finally:
                     os.close(fd)
-            if self._still_there(fd):
-                break
+            try:
+                if self._still_there(fd):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)  # the previous holder removed the file as we opened it: lock the new one
         record = _record()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        except BaseException:  # (ENOSPC, EIO): never keep the flock of a build that does not run
+            os.close(fd)
+            raise
         self.fd = fd
         return record
 

@@ -15,11 +15,12 @@ The YAML is written by a tiny emitter here (no PyYAML needed) and is determinist
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import yaml
 
-from ..io.storage import Store
+from ..io.storage import Store, resolve
 from ..tpugraphs import SPLITS
 from .layout import CARD
 from .schema import split_type, table_schema
@@ -73,7 +74,7 @@ def _uncompressed_bytes(root: Store, rel: str) -> int:
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-def hf_metadata(manifest: dict, root: Store | None = None) -> dict[str, Any]:
+def hf_metadata(manifest: dict, root: Store | str | os.PathLike | None = None) -> dict[str, Any]:
     """The card's ``configs`` and ``dataset_info`` (HF conventions) for the shards of a manifest.
 
     ``dataset_info`` gives each config's features and, per split, ``num_examples`` (rows; ``datasets``
@@ -81,6 +82,7 @@ def hf_metadata(manifest: dict, root: Store | None = None) -> dict[str, Any]:
     under ``root``, or the file bytes when ``root`` is None; ``datasets``' own Arrow size differs and is not
     checked) and each config's ``download_size`` (file bytes).
     """
+    root = root if root is None or isinstance(root, Store) else resolve(root)
     rows: dict[tuple[str, str, str], int] = {}
     data_bytes: dict[tuple[str, str, str], int] = {}
     files: dict[tuple[str, str], int] = {}
@@ -115,7 +117,7 @@ def _size_category(n: int) -> str:
 # --------------------------------------------------------------------------- card
 
 
-def render_card(manifest: dict, root: Store | None = None) -> str:
+def render_card(manifest: dict, root: Store | str | os.PathLike | None = None) -> str:
     """The card's Markdown text: YAML front matter (HF conventions) + a human description.
 
     ``root`` is the shard folder (for the uncompressed sizes in ``dataset_info``); optional.
