@@ -387,3 +387,18 @@ def test_verify_keeps_no_dataset_or_open_shard_once_it_returns(synth_root, synth
         assert verify(synth_root / "npz", synth_shards).ok
     gc.collect()
     assert len(stored._FOOTERS) == 0 and open_files() <= before
+
+
+def test_load_graph_checks_the_stored_config_ids_not_only_their_count(shards):
+    """Two rows' config_ids swapped (statistics unchanged): load_graph returned the rows by position,
+    as if nothing were wrong; sample_configs already refused them."""
+    from tpuprep.errors import BadShards
+
+    gid, _ = _graph(shards)
+
+    def swap(rows):
+        rows["config_id"][2], rows["config_id"][3] = rows["config_id"][3], rows["config_id"][2]
+
+    edit_graph_configs(shards, gid, swap)
+    with pytest.raises(BadShards, match=rf"{gid}.*configs row 2 holds config_id 3, expected 2"):
+        tpuprep.open_dataset(shards).load_graph(gid)

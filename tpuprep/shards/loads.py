@@ -137,6 +137,10 @@ class GraphLoads:
             raise ValueError(f"{rows} configs rows, its graphs row says num_unique_configs "
                              f"{scalar['num_unique_configs']}")
         configs = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        ids = flat(configs.column("config_id"))
+        if not np.array_equal(ids, np.arange(rows)):  # rows by position: they must be configs 0..c_u-1
+            bad = int(np.flatnonzero(ids != np.arange(rows))[0])
+            raise ValueError(f"configs row {bad} holds config_id {int(ids[bad])}, expected {bad}")
         record.config_runtime = flat_or_none(configs.column("runtime"))
         record.config_runtime_spread = flat_or_none(configs.column("runtime_spread"))
         record.group_size = flat(configs.column("group_size"))
