@@ -42,6 +42,11 @@ compared with its stored codes directly, every other row (a repeat) by a key of 
 ≤ 2^-128 per pair whatever the data), against its unique config's stored key; "pairwise distinct" is
 distinct stored keys. Memory is O(c) per graph whatever nc, so ``verify`` runs beside a full-size build.
 
+What this does not prove: that the reader decodes the stored codes back to the same values (the
+reader's ``decode_base7``, ``join_planes``, ``expand_tied`` and ``StoredCodes`` are not run by verify;
+their own tests and property tests against the NumPy reference cover them), and that the ties are
+maximal (two stored columns equal in every config would pass: the shards would be larger, not wrong).
+
 With ``sample`` (``tpuprep verify --sample FRACTION --seed N``) only a seeded subset of the converted
 inputs is checked against its graph; every shard-side check and the manifest's totals still cover
 everything, and the report says how many graphs of how many were checked.
