@@ -217,6 +217,36 @@ def test_a_lock_whose_record_cannot_be_written_is_not_kept(tmp_path, monkeypatch
         lock.check()
 
 
+def test_a_renewal_in_flight_never_writes_the_lock_object_back_after_release(monkeypatch):
+    """release() removed the object while a slow renewal was still writing it: the renewal then put it
+    back, and other hosts' builds were refused until it went stale (600 s)."""
+    import threading
+
+    monkeypatch.setattr(locks, "LOCK_RENEW_SECONDS", 0.01)
+    store = resolve("memory://tpuprep-lease-test/dst")
+    writing, go_on = threading.Event(), threading.Event()
+    real = type(store).write_bytes
+
+    def slow(self, rel, data, **kw):
+        if not kw.get("exclusive"):  # a renewal: stop in the middle until release has been called
+            writing.set()
+            go_on.wait(10)
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(type(store), "write_bytes", slow)
+    lease = locks.LeaseLock(store, LOCK)
+    lease.take()
+    assert writing.wait(5)
+    releaser = threading.Thread(target=lease.release)
+    releaser.start()
+    time.sleep(5.5)  # a renewal slower than release's 5 s wait for the renewing thread (slow S3)
+    go_on.set()
+    releaser.join(10)
+    assert not releaser.is_alive()
+    time.sleep(0.1)
+    assert not store.exists(LOCK), "the lock object came back after release"
+
+
 def test_a_live_lock_object_is_refused_and_a_stale_one_taken_over(bucket):
     store = resolve(f"{bucket}/locked")
     live = {"owner": "x", "pid": 1, "host": "elsewhere.example", "started": "2026-01-01T00:00:00Z",

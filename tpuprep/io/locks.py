@@ -216,6 +216,7 @@ class LeaseLock:
         self.store, self.rel = store, rel
         self.record: dict = {}
         self._stop = threading.Event()
+        self._writing = threading.Lock()  # a renewal in flight finishes before release removes the object
         self._thread: threading.Thread | None = None
 
     def _info(self) -> dict | None:
@@ -262,10 +263,15 @@ class LeaseLock:
 
     def _renew(self) -> None:
         while not self._stop.wait(LOCK_RENEW_SECONDS):
-            with contextlib.suppress(OSError, ValueError):
-                if self.still_held():
-                    self.record["renewed"] = time.time()
-                    self.store.write_bytes(self.rel, (json.dumps(self.record) + "\n").encode())
+            with self._writing:
+                if self._stop.is_set():  # released meanwhile: never write the object again
+                    return
+                # any failure (a lost connection, the store's own errors) is retried at the next renewal;
+                # a lock that goes stale meanwhile is caught by Lock.check before the manifest is written
+                with contextlib.suppress(Exception):
+                    if self.still_held():
+                        self.record["renewed"] = time.time()
+                        self.store.write_bytes(self.rel, (json.dumps(self.record) + "\n").encode())
 
     def still_held(self) -> bool:
         """Whether the lock object is still this holder's (another may have taken a stale one over)."""
@@ -276,7 +282,7 @@ class LeaseLock:
         if self._thread is None or self._stop.is_set():
             return
         self._stop.set()
-        self._thread.join(timeout=5)
-        with contextlib.suppress(OSError):
+        with self._writing, contextlib.suppress(OSError):  # waits for a renewal in flight, which then stops
             if self.still_held():
                 self.store.remove([self.rel])
+        self._thread.join(timeout=5)
