@@ -73,3 +73,9 @@ def test_rows_of_equals_pyarrows_filter_for_runs_and_scattered_rows():
             assert rows_of(t, "graph_id", value).column("x").to_pylist() == want, (value, t.num_rows)
     scattered = pa.table({"graph_id": ["a", "b", "a"], "x": [0, 1, 2]})  # not one run: pyarrow filters
     assert rows_of(scattered, "graph_id", "a").column("x").to_pylist() == [0, 2]
+
+
+def test_flat_of_a_column_without_chunks_is_an_empty_array_of_its_type():
+    for type_, dtype in ((pa.int32(), np.int32), (pa.uint64(), np.uint64), (pa.float64(), np.float64)):
+        got = flat(pa.chunked_array([], type=type_))
+        assert got.dtype == dtype and got.shape == (0,)

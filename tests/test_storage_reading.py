@@ -119,14 +119,14 @@ def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
 def test_a_small_file_is_read_whole_alike_on_every_backend(store):
     from tpuprep.io.storage import FileTooLarge, NotARegularFile
 
-    assert store.read_whole("a/file.bin", len(BODY)) == BODY
+    assert store.read_bytes("a/file.bin", limit=len(BODY), follow_links=True) == BODY
     with pytest.raises(FileTooLarge) as big:
-        store.read_whole("a/file.bin", len(BODY) - 1)
+        store.read_bytes("a/file.bin", limit=len(BODY) - 1, follow_links=True)
     assert big.value.size == len(BODY)
     with pytest.raises(NotARegularFile):
-        store.read_whole("a/sub", 1 << 20)  # a folder locally, a prefix in a bucket
+        store.read_bytes("a/sub", limit=1 << 20, follow_links=True)  # a folder locally, a prefix in a bucket
     with pytest.raises(FileNotFoundError):
-        store.read_whole("a/none.bin", 1 << 20)
+        store.read_bytes("a/none.bin", limit=1 << 20, follow_links=True)
 
 
 def test_a_manifest_that_is_a_folder_or_missing_reads_alike_on_every_backend(store):

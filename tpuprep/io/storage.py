@@ -177,23 +177,38 @@ class Store:
             return os.path.lexists(self.path(rel))
         return bool(self.fs.exists(self.path(rel)))
 
-    def read_bytes(self, rel: str) -> bytes:
-        """The whole file ``rel``. Locally opened with ``O_NOFOLLOW | O_NONBLOCK``: a link, FIFO,
-        device or folder there is ``NotARegularFile`` (an ``OSError``), never followed or waited on."""
+    def read_bytes(self, rel: str, *, limit: int | None = None, follow_links: bool = False) -> bytes:
+        """The whole file ``rel``. Locally opened once with ``O_NONBLOCK`` (a FIFO there never blocks) and,
+        unless ``follow_links`` (a manifest a user linked), ``O_NOFOLLOW``: a link, FIFO, device or folder
+        there is ``NotARegularFile`` (an ``OSError``), never followed or waited on; the checks are made on
+        the open file. ``limit``: ``FileTooLarge`` over ``limit`` bytes (remotely from the object's info,
+        before it is read). ``FileNotFoundError`` when missing; any other failure as the backend raises it."""
         if self.is_local:
             path = self.path(rel)
+            flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(path, flags)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.EISDIR):
                     raise NotARegularFile(exc.errno, "not a regular file", path) from None
                 raise
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)  # before open(): Python refuses a folder's fd with its own error
+            if not stat.S_ISREG(st.st_mode) or (limit is not None and st.st_size > limit):
                 os.close(fd)
-                raise NotARegularFile(errno.EINVAL, "not a regular file", path)
+                if not stat.S_ISREG(st.st_mode):
+                    raise NotARegularFile(errno.EINVAL, "not a regular file", path)
+                raise FileTooLarge(st.st_size)
             with open(fd, "rb") as fh:
-                return fh.read()
-        return self.fs.cat_file(self.path(rel))
+                return fh.read() if limit is None else fh.read(limit + 1)
+        if limit is None:
+            return self.fs.cat_file(self.path(rel))
+        info = self.fs.info(self.path(rel))
+        if info.get("type") != "file":
+            raise NotARegularFile(errno.EINVAL, "not a file", self.url(rel))
+        if (info.get("size") or 0) > limit:
+            raise FileTooLarge(info["size"])
+        with self.open(rel, "rb") as fh:
+            return fh.read(limit + 1)
 
     def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False, durable: bool = False,
                     before_commit: Callable[[], None] | None = None) -> None:
@@ -408,33 +423,6 @@ class Store:
             raise NotConfined("is not a file")
         return url, int(info["size"])
 
-    def read_whole(self, rel: str, limit: int) -> bytes:
-        """The bytes of the small file ``rel`` (a manifest), at most ``limit``. Locally opened once
-        (links followed; ``O_NONBLOCK``, so a FIFO there never blocks) and checked on the open file;
-        remotely the object's info, then the object. ``FileNotFoundError`` when it is missing,
-        ``NotARegularFile`` for anything but a file, ``FileTooLarge`` over ``limit`` bytes; any other
-        failure as the backend raises it (a local ``OSError``; a remote request's own error)."""
-        if self.is_local:
-            path = self.path(rel)
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise NotARegularFile(errno.EINVAL, "not a regular file", path)
-                if st.st_size > limit:
-                    raise FileTooLarge(st.st_size)
-                with open(os.dup(fd), "rb") as fh:
-                    return fh.read(limit + 1)
-            finally:
-                os.close(fd)
-        info = self.fs.info(self.path(rel))
-        if info.get("type") != "file":
-            raise NotARegularFile(errno.EINVAL, "not a file", self.url(rel))
-        if (info.get("size") or 0) > limit:
-            raise FileTooLarge(info["size"])
-        with self.open(rel, "rb") as fh:
-            return fh.read(limit + 1)
-
     def open_random_access(self, name: Path | str, size: int | None = None):
         """A source for ``pyarrow.parquet.ParquetFile`` to read a file's footer and row groups from:
         locally the file opened now (``pyarrow.OSFile``: native reads; ``FileNotFoundError`` when it is
@@ -542,7 +530,7 @@ class _Prefetched(ByteWindow):
 
 
 class FileTooLarge(ValueError):
-    """A file larger than a reader accepts (``Store.read_whole``); ``size`` is its size in bytes."""
+    """A file larger than a reader accepts (``Store.read_bytes(limit=)``); ``size`` is its size in bytes."""
 
     def __init__(self, size: int):
         super().__init__(f"{size} bytes")

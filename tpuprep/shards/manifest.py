@@ -367,13 +367,13 @@ def read_manifest(root: str | Path | Store) -> dict:
     """Read and check ``<root>/manifest.json`` (``check_manifest``). Raises ``BadShards`` — one line
     naming the file and what is wrong — when it is missing, not a regular file, implausibly large, not
     JSON, or fails the check. ``root`` is a folder, a URL or a ``Store`` (``io.storage.resolve``); the
-    file is read through the store (``Store.read_whole``), and for an object store a missing bucket or
+    file is read through the store (``Store.read_bytes``), and for an object store a missing bucket or
     a refused request is its one-line ``FatalError`` naming the URL."""
     store = root if isinstance(root, Store) else resolve(root)
     shown = store.display  # a local folder as the user named it, a URL without credentials
     path = store.reading_name(store.reading_root(shown), MANIFEST)
     try:
-        data = store.read_whole(MANIFEST, MAX_MANIFEST_BYTES)
+        data = store.read_bytes(MANIFEST, limit=MAX_MANIFEST_BYTES, follow_links=True)
     except FileNotFoundError as exc:
         if missing_bucket(store):
             raise storage_error(exc, str(path), store) from None

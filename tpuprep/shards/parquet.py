@@ -102,6 +102,8 @@ _FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
 def flat(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """All leaf values of a (possibly nested, possibly chunked) list array as one NumPy array."""
     if isinstance(array, pa.ChunkedArray):
+        if array.num_chunks == 0:  # no chunk at all: an empty array of its type
+            return flat(array.combine_chunks())
         chunks = [flat(c) for c in array.chunks]
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type):
