@@ -272,3 +272,5 @@ def test_file_urls_name_the_folder_they_say_in_a_run_file_and_on_the_command_lin
     assert result.exit_code == 2, result.output
     assert "a file URL names no host" in result.output
     assert not (tmp_path / "out3").exists()
+    result = _cli("build", "--src", f"file:/{tree}", "--dst", str(tmp_path / "out4"))  # a host in --src too
+    assert result.exit_code == 2 and "a file URL names no host" in result.output, result.output

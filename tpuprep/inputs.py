@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import urlsplit
 
 from .errors import BadInput, FatalError, UsageError, display_name
 from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
@@ -149,7 +148,7 @@ def resolve_source(src: str | os.PathLike | Source, storage_options: dict | None
     scheme = scheme_of(src)
     if scheme not in (None, "file"):
         return Source(resolve(src, storage_options, what="--src"), None, storage_options or None)
-    given = urlsplit(os.fspath(src)).path if scheme == "file" else src
+    given = resolve(src, what="--src").display if scheme == "file" else src  # file:// as resolve reads it
     path = Path(given).resolve()
     if not path.exists():
         raise MissingSource(f"--src {given} does not exist")
