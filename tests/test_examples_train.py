@@ -21,6 +21,7 @@ import pytest
 
 import tpuprep
 from tpuprep.train.features import (
+    N_DERIVED,
     clean_stats,
     config_summary,
     derived_config_features,
@@ -114,7 +115,7 @@ def test_the_example_sees_the_numpy_trainers_inputs(synth_shards, collection):
             continue
         derived, violation = derived_config_features(pg, block.node_config_feat)
         got = inputs.configs(gid, block.node_config_feat)
-        assert got["cfg"].shape == (len(block.rows), len(pg.config_pos), 18 * 7 + 8)
+        assert got["cfg"].shape == (len(block.rows), len(pg.config_pos), 18 * 7 + N_DERIVED)
         assert np.array_equal(got["cfg"][:, :, 126:].numpy(), derived)
         assert np.array_equal(got["extra"].numpy(), config_summary(pg, derived, violation))
         assert derived[:, :, 6].any(), "the synthetic configs leave their modal layout somewhere"

@@ -6,12 +6,16 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from train_fakes import make_fake_dataset, make_layout_graph, make_tile_graph
 
 from tpuprep.train.baseline import violation_ratio
 from tpuprep.train.features import (
+    COMPUTE_SHARE,
     Csr,
     clean_stats,
+    config_summary,
     derived_config_features,
     grow_regions,
     prepare_graph,
@@ -204,6 +208,28 @@ def test_gelu_kernel_matches_reference():
     np.testing.assert_allclose(gelu_grad(x.astype(np.float32)), dy, atol=1e-5)
 
 
+def test_prior_term_starts_as_the_compute_share_ranking(layout_graph):
+    """With the head silenced, a fresh layout model scores K × the compute share (summary column
+    COMPUTE_SHARE); prior 0 (or no derived features) has no prior weight; bad priors are refused."""
+    mean, std = stats_of([layout_graph])
+    cfg = ModelConfig("layout", hidden=6, head_hidden=5, layers=1, dtype="float64")
+    assert cfg.prior == 1000.0 and cfg.has_prior
+    pg = prepare_graph(layout_graph, "layout", mean, std, 1, np.float64)
+    params = init_params(cfg, 3)
+    assert params["w_prior"].tolist() == [1.0]
+    params["w_o"][:] = 0.0
+    vals = layout_graph.node_config_feat()
+    feats, viol = derived_config_features(pg, vals, np.float64)
+    share = config_summary(pg, feats, viol)[:, COMPUTE_SHARE]
+    assert share.std() > 0  # the fake graph's configs differ in it
+    np.testing.assert_allclose(forward(params, pg, vals, cfg, keep=False)[0], 1000.0 * share, atol=1e-9)
+    for off in (ModelConfig("layout", prior=0.0), ModelConfig("layout", derived=False), ModelConfig("tile")):
+        assert not off.has_prior and "w_prior" not in init_params(off, 0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="prior"):
+            ModelConfig("layout", prior=bad)
+
+
 def test_region_shortcut_equals_full_forward(layout_graph):
     mean, std = stats_of([layout_graph])
     for layers in (1, 2):
@@ -258,15 +284,16 @@ def test_derived_features_and_violation_ratio(layout_graph):
     pg = prepare_graph(g, "layout", *stats_of([g]), 1, np.float64)
     vals = g.node_config_feat()
     feats, viol = derived_config_features(pg, vals, np.float64)
-    assert feats.shape == (len(vals), len(g.node_config_ids), 8)
+    assert feats.shape == (len(vals), len(g.node_config_ids), 9)
     np.testing.assert_allclose(viol, violation_ratio(g))
     # hand-computed violation of config 0
     nf = g.node_feat[g.node_config_ids]
     v0 = vals[0].astype(np.int64)
     minor = np.where(v0[:, 0] >= 0, v0[:, 0], nf[:, 134].astype(np.int64))
     assert violation_ratio(g, np.array([0]))[0] == pytest.approx(np.mean(minor != nf[:, 21:27].argmax(1)))
-    # feats 6, 7 by brute force: each node's most frequent output block over every ORIGINAL config
-    # (ties: the smallest base-7 code), then "differs from it" and that times √(elements × window) / max
+    # feats 6, 7, 8 by brute force: each node's most frequent block (output; each operand) over every
+    # ORIGINAL config (ties: the smallest base-7 code), then "differs from it" and that times
+    # √(elements × window) / max (8: either operand block differs)
     everything = vals[g.config_inverse].astype(np.int64)  # (c, nc, 18)
     elements = lambda node: max(float(g.node_feat[node, 28]), 1.0)  # noqa: E731
     work = []
@@ -280,16 +307,33 @@ def test_derived_features_and_violation_ratio(layout_graph):
         work.append(w)
     cost = np.sqrt(np.array(work))
     code = lambda block: sum((int(x) + 1) * 7**i for i, x in enumerate(block))  # noqa: E731
-    for j in range(everything.shape[1]):
+
+    def differs_from_modal(j: int, slots: slice) -> np.ndarray:
         counts: dict[tuple, int] = {}
-        for row in everything[:, j, 0:6]:
+        for row in everything[:, j, slots]:
             counts[tuple(row)] = counts.get(tuple(row), 0) + 1
         best = max(counts.values())
         modal = min((b for b, k in counts.items() if k == best), key=code)
-        differs = np.array([tuple(r) != modal for r in vals[:, j, 0:6].astype(np.int64)], float)
+        return np.array([tuple(r) != modal for r in vals[:, j, slots].astype(np.int64)], float)
+
+    for j in range(everything.shape[1]):
+        differs = differs_from_modal(j, slice(0, 6))
         np.testing.assert_array_equal(feats[:, j, 6], differs)
         np.testing.assert_allclose(feats[:, j, 7], differs * cost[j] / cost.max())
+        operand = np.maximum(differs_from_modal(j, slice(6, 12)), differs_from_modal(j, slice(12, 18)))
+        np.testing.assert_allclose(feats[:, j, 8], operand * cost[j] / cost.max())
     assert feats[:, :, 6].any() and not feats[:, :, 6].all()  # the fake graph exercises both cases
+    assert feats[:, :, 8].any() and not feats[:, :, 8].all()
+    # the summaries: shares of work off the modal blocks, all configurable nodes and compute ops only
+    summary = config_summary(pg, feats, viol)
+    compute = np.isin(g.node_opcode[g.node_config_ids], [26, 34])  # convolution, dot
+    assert compute.any() and not compute.all()  # both kinds in the fake graph
+    rel = cost / cost.max()
+    np.testing.assert_allclose(summary[:, 0], viol)
+    np.testing.assert_allclose(summary[:, 1], feats[:, :, 6].mean(axis=1))
+    np.testing.assert_allclose(summary[:, 2], (feats[:, :, 6] * rel).sum(axis=1) / rel.sum())
+    np.testing.assert_allclose(summary[:, 3], (feats[:, :, 6] * rel)[:, compute].sum(axis=1) / rel[compute].sum())
+    np.testing.assert_allclose(summary[:, 4], feats[:, compute, 8].sum(axis=1) / rel[compute].sum())
 
 
 def test_violation_ratio_correlates_on_fake_data():
@@ -443,6 +487,35 @@ def test_modal_work_share_is_the_share_of_work_off_its_modal_block(layout_graph)
     c_u = len(layout_graph.group_size)
     vals = np.asarray(layout_graph.node_config_feat(np.arange(c_u)), np.int64)
     code = ((vals[:, :, :6] + 1) * 7 ** np.arange(6)).sum(axis=2)  # (c_u, nc) output block codes
-    off = code != pg.cfg_modal[None]
+    off = code != pg.cfg_modal[None, :, 0]
     np.testing.assert_allclose(share, (off * pg.cfg_cost[None]).sum(axis=1) / pg.cfg_cost.sum())
     assert share.shape == (c_u,) and 0 < share.max() <= 1 and share.min() >= 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 12), st.integers(1, 4), st.randoms(use_true_random=False))
+def test_modal_blocks_counted_in_pieces_equal_a_plain_count(nc, k, pieces, rnd):
+    """block_counts / merge_counts / modal_of_counts (the streamed digest's path, any split into
+    pieces) against a per-node, per-block dictionary count: largest total group size, ties → smallest
+    code, 0 when nothing is counted."""
+    from tpuprep.train.features import block_counts, merge_counts, modal_of, modal_of_counts
+
+    codes = np.array([[[rnd.choice([0, 1, 2, 7 ** 6 - 1]) for _ in range(3)] for _ in range(nc)]
+                      for _ in range(k)], np.int64).reshape(k, nc, 3)
+    sizes = np.array([rnd.randint(1, 3) for _ in range(k)], np.int64)
+    expect = np.zeros((nc, 3), np.int64)
+    for j in range(nc):
+        for b in range(3):
+            total: dict[int, int] = {}
+            for row in range(k):
+                total[int(codes[row, j, b])] = total.get(int(codes[row, j, b]), 0) + int(sizes[row])
+            if total:
+                best = max(total.values())
+                expect[j, b] = min(c for c, t in total.items() if t == best)
+    keys, weights = np.zeros(0, np.int64), np.zeros(0)
+    cuts = sorted(rnd.randint(0, k) for _ in range(pieces - 1))
+    for lo, hi in zip([0, *cuts], [*cuts, k], strict=True):
+        kk, ww = block_counts(codes[lo:hi], sizes[lo:hi])
+        keys, weights = merge_counts(np.concatenate([keys, kk]), np.concatenate([weights, ww]))
+    np.testing.assert_array_equal(modal_of_counts(keys, weights, nc), expect)
+    np.testing.assert_array_equal(modal_of(codes, sizes, nc), expect)

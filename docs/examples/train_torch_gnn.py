@@ -3,9 +3,9 @@
 Inputs per graph come from ``tpuprep.train.features`` (the NumPy trainer's own, so the two compare like for
 like): node features (n, 177) — node_feat cols 0–133 standardised with the collection's train statistics,
 the layout columns one-hot, a configurable-node flag — and an opcode embedding. Per layout config, every
-configurable node gets its 18 layout values (7-way one-hot each) plus 8 derived layout features
-(``derived_config_features``: lane alignment, a layout change, leaving the graph's modal output layout,
-weighted by the node's work, ...); three config summaries (``config_summary``) and, for tile, the 42
+configurable node gets its 18 layout values (7-way one-hot each) plus 9 derived layout features
+(``derived_config_features``: lane alignment, a layout change, leaving the graph's modal output or
+operand layout, weighted by the node's work, ...); five config summaries (``config_summary``) and, for tile, the 42
 ``tile_config_features`` go straight to the head. GraphSAGE layers average producers and consumers with
 separate weights (residual, GELU) over all k configs at once; mean pooling; an MLP gives one score per
 config (higher = slower). Loss: pairwise hinge (margin 1) over the k configs of a graph; AdamW with

@@ -131,6 +131,10 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
+@click.option("--prior", default=1000.0, show_default=True, type=click.FloatRange(min=0),
+              help="Layout (with --derived): scale of the prior term, the share of the conv/dot work "
+                   "whose output left its modal layout, through one learned weight; 0: no prior term. "
+                   "See tpuprep/train/README.md.")
 @click.option("--loss", default="hinge", show_default=True, type=LazyChoice(_losses))
 @click.option("--pair-weight", default="floor", show_default=True, type=LazyChoice(_pair_weights),
               help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 3e-3) (pairs "
@@ -152,7 +156,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @threads_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: int, batch_configs: int,
-              lr: float, hidden: int, layers: int, derived: bool, loss: str, pair_weight: str,
+              lr: float, hidden: int, layers: int, derived: bool, prior: float, loss: str, pair_weight: str,
               batches_per_graph: int,
               time_budget: float | None, holdout_fold: int | None, validate: bool, valid_every: int,
               cache_graphs: int | None, threads: int, quiet: bool) -> None:
@@ -164,7 +168,8 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: 
         _check_output(written, "--out", [])
     ds = _open(shards)
     cfg = TrainConfig(epochs=epochs, seed=seed, batch_configs=batch_configs, lr=lr, hidden=hidden,
-                      head_hidden=hidden, layers=layers, derived=derived, loss=loss, pair_weight=pair_weight,
+                      head_hidden=hidden, layers=layers, derived=derived, prior=prior, loss=loss,
+                      pair_weight=pair_weight,
                       batches_per_graph=batches_per_graph,
                       time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
                       valid_every=valid_every, threads=threads or None, cache_graphs=cache_graphs)

@@ -41,7 +41,7 @@ N_FEAT = N_NUM + len(LAYOUT_COLS) * N_LAYOUT_VALUES + 1  # 177
 N_OPCODES = 128  # ids 0..120 in the data; anything else maps to 0 ("unknown")
 N_SLOTS = 18
 N_TILE_FEAT = 24
-N_DERIVED = 8
+N_DERIVED = 9
 CLIP = 10.0
 
 
@@ -105,9 +105,11 @@ class PreparedGraph:
     x (n, 177) float; opcode (n,) int64 in 0..127; p_in / p_out (n × n) mean operators with
     transposes; config_pos (nc,) int64 (layout) — positions of configurable nodes among kept nodes;
     cfg_dims (nc, 6) float64 output dims and cfg_default (nc, 6) int64 node layout of those nodes;
-    cfg_modal (nc,) int64 the base-7 code of each node's most frequent output block over the graph's
-    configs (weighted by group size); cfg_cost (nc,) float64 √(multiply-adds) of each node
-    (:func:`node_work`) ÷ the largest over the graph's configurable nodes, in (0, 1]; tile_extents (6,)
+    cfg_modal (nc, 3) int64 the base-7 codes of each node's most frequent output, operand-0 and
+    operand-1 blocks over the graph's configs (weighted by group size; each block on its own,
+    :func:`modal_block_codes`); cfg_cost (nc,) float64 √(multiply-adds) of each node
+    (:func:`node_work`) ÷ the largest over the graph's configurable nodes, in (0, 1]; cfg_compute (nc,)
+    bool the convolutions and dots among them (the compute ops; the rest are reshapes); tile_extents (6,)
     float64 (tile) the extents the output bounds divide (:func:`tile_iteration_dims`);
     regions[l] (|R_l|,) int64 for l = 0..L; sub_in[l] / sub_out[l] (|R_l| × |R_{l−1}|, index 0 unused).
     """
@@ -126,6 +128,7 @@ class PreparedGraph:
     cfg_default: np.ndarray | None = None
     cfg_modal: np.ndarray | None = None
     cfg_cost: np.ndarray | None = None
+    cfg_compute: np.ndarray | None = None
     tile_extents: np.ndarray | None = None
     regions: list[np.ndarray] = field(default_factory=list)
     sub_in: list[Csr | None] = field(default_factory=list)
@@ -307,8 +310,8 @@ def restrict(op: Csr, rows: np.ndarray, cols: np.ndarray) -> Csr:
 @dataclass
 class ConfigDigest:
     """What :func:`prepare_graph` needs from a graph's configs, computed without holding them all
-    (``tpuprep.train.stream.config_digest`` streams them): cfg_modal (nc,) int64 (layout,
-    :func:`modal_output_codes`); bounds_set (6,) bool (tile, :func:`tile_bounds_set`)."""
+    (``tpuprep.train.stream.config_digest`` streams them): cfg_modal (nc, 3) int64 (layout,
+    :func:`modal_block_codes`); bounds_set (6,) bool (tile, :func:`tile_bounds_set`)."""
 
     cfg_modal: np.ndarray | None = None
     bounds_set: np.ndarray | None = None
@@ -347,9 +350,10 @@ def prepare_graph(record: Any, kind: str, mean: np.ndarray, std: np.ndarray, lay
     if kind == "layout":
         pg.cfg_dims = np.asarray(node_feat[config_pos, 21:27], np.float64)
         pg.cfg_default = np.rint(np.asarray(node_feat[config_pos, 134:140], np.float64)).astype(np.int64)
-        pg.cfg_modal = modal_output_codes(record) if digest is None else np.asarray(digest.cfg_modal, np.int64)
+        pg.cfg_modal = modal_block_codes(record) if digest is None else np.asarray(digest.cfg_modal, np.int64)
         cost = np.sqrt(node_work(node_feat, opcode, edge_index, config_pos))
         pg.cfg_cost = cost / cost.max() if cost.size else cost
+        pg.cfg_compute = np.isin(opcode[config_pos], (OPCODE_CONVOLUTION, OPCODE_DOT))
         pg.regions = grow_regions(edge_index, n, config_pos, layers)
         pg.sub_in, pg.sub_out, pg.sub_in_t, pg.sub_out_t = [None], [None], [None], [None]
         for lay in range(1, layers + 1):
@@ -408,57 +412,94 @@ def node_work(node_feat: np.ndarray, opcode: np.ndarray, edge_index: np.ndarray,
     return work
 
 
-N_SUMMARY = 3
+N_SUMMARY = 5
+COMPUTE_SHARE = 3
+"""The column of :func:`config_summary` the model's prior term reads (``model.py``): the share of the
+compute ops' work whose output left its modal block."""
 
 
 def config_summary(pg: PreparedGraph, feats: np.ndarray, violation: np.ndarray) -> np.ndarray:
-    """(B, N_SUMMARY) config-level features that go straight into the head: the violation ratio; the
-    share of configurable nodes whose output block left its modal one (mean of feat 6); and the share
-    of the graph's configurable work that did (Σ feat 7 ÷ Σ ``cfg_cost``) — the additive structure of
-    real runtimes (a jump per group that leaves its modal output layout, growing with its work)."""
-    assert pg.cfg_cost is not None
+    """(B, N_SUMMARY) config-level features that go straight into the head — the additive structure of
+    real runtimes (a jump per group that leaves its modal layout, growing with its work):
+
+    0 the violation ratio; 1 the share of configurable nodes whose output block left its modal one
+    (mean of feat 6); 2 the share of the graph's configurable work that did (Σ feat 7 ÷ Σ ``cfg_cost``);
+    3 (``COMPUTE_SHARE``) the same share over the compute ops only (convolutions and dots,
+    ``cfg_compute``: a reshape's relayout is a copy, a cost of another kind and size); 4 the share of
+    the compute ops' work whose operand blocks left their modal ones (Σ feat 8 over them ÷ their
+    Σ ``cfg_cost``). A graph without a compute op has 0 in 3 and 4.
+    """
+    assert pg.cfg_cost is not None and pg.cfg_compute is not None
     b, nc = feats.shape[0], feats.shape[1]
     out = np.zeros((b, N_SUMMARY), feats.dtype)
     out[:, 0] = violation
     if nc:
         out[:, 1] = feats[:, :, 6].mean(axis=1)
         out[:, 2] = feats[:, :, 7].sum(axis=1) / max(float(pg.cfg_cost.sum()), 1e-12)
+        compute = pg.cfg_compute
+        work = max(float(pg.cfg_cost[compute].sum()), 1e-12)
+        out[:, 3] = feats[:, compute, 7].sum(axis=1) / work
+        out[:, 4] = feats[:, compute, 8].sum(axis=1) / work
     return out
 
 
 MODAL_SAMPLE = 4096
-"""Unique configs looked at to find each node's modal output block (evenly spaced over the graph's)."""
+"""Unique configs looked at to find each node's modal blocks (evenly spaced over the graph's)."""
 
 
 def modal_rows(num_unique: int) -> np.ndarray:
-    """The unique-config rows (k,) int64, sorted, that :func:`modal_output_codes` counts: at most
+    """The unique-config rows (k,) int64, sorted, that :func:`modal_block_codes` counts: at most
     ``MODAL_SAMPLE`` evenly spaced over 0..num_unique−1 (all of them in a smaller graph)."""
     return np.unique(np.linspace(0, num_unique - 1, min(num_unique, MODAL_SAMPLE)).astype(np.int64))
 
 
-def modal_output_codes(record: Any) -> np.ndarray:
-    """(nc,) int64: per configurable node, the base-7 code of its most frequent output block (slots 0–5)
-    over the graph's original configs, i.e. unique configs weighted by ``group_size``; ties → smallest
-    code. At most ``MODAL_SAMPLE`` evenly spaced unique configs are counted (:func:`modal_rows`). Uses
-    only the config data every split has (no runtimes), so test graphs get it too."""
-    codes = np.asarray(record.config_codes)
+def modal_block_codes(record: Any) -> np.ndarray:
+    """(nc, 3) int64: per configurable node, the base-7 code of its most frequent output (slots 0–5),
+    operand-0 (6–11) and operand-1 (12–17) block, each on its own, over the graph's original configs,
+    i.e. unique configs weighted by ``group_size``; ties → smallest code. At most ``MODAL_SAMPLE``
+    evenly spaced unique configs are counted (:func:`modal_rows`). Uses only the config data every split
+    has (no runtimes), so test graphs get it too."""
+    codes = np.asarray(record.config_codes)  # (c_u, nc, 3): a block as one base-7 code (TGraph convention)
     rows = modal_rows(codes.shape[0])
-    # (k, nc): slots 0–5 as one base-7 code (TGraph convention)
-    return modal_of(codes[rows, :, 0], np.asarray(record.group_size)[rows], codes.shape[1])
+    return modal_of(codes[rows], np.asarray(record.group_size)[rows], codes.shape[1])
 
 
-def modal_of(out_codes: np.ndarray, group_size: np.ndarray, nc: int) -> np.ndarray:
-    """(nc,) int64: per column of ``out_codes`` (k, nc) int (the output block's base-7 code of k unique
+CODES_PER_BLOCK = 7 ** 6
+"""Base-7 codes a block of 6 slots can take (0..7⁶−1)."""
+
+
+def block_counts(codes: np.ndarray, group_size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How often each node's blocks take each code in ``codes`` (k, nc, 3) int (the blocks' base-7 codes
+    of k unique configs), weighted by ``group_size`` (k,): (keys (m,) int64 = (node·3 + block) ·
+    ``CODES_PER_BLOCK`` + code, sorted and unique; weights (m,) float64). Counts of several blocks of
+    configs add up by concatenating them and passing them to :func:`merge_counts`."""
+    c = np.asarray(codes, np.int64)
+    keys = np.arange(c.shape[1] * 3, dtype=np.int64) * CODES_PER_BLOCK + c.reshape(c.shape[0], c.shape[1] * 3)
+    weight = np.broadcast_to(np.asarray(group_size, np.float64)[:, None], keys.shape)
+    return merge_counts(keys.ravel(), weight.ravel())
+
+
+def merge_counts(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unique keys (m,) int64, summed weights (m,) float64) of ``keys`` / ``weights`` (any equal length)."""
+    unique, inverse = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+    return unique, np.bincount(inverse.ravel(), weights=np.asarray(weights, np.float64), minlength=len(unique))
+
+
+def modal_of_counts(keys: np.ndarray, weights: np.ndarray, nc: int) -> np.ndarray:
+    """(nc, 3) int64: per node and block, the code of :func:`block_counts` with the largest weight; ties →
+    smallest code; 0 for a block never counted."""
+    modal = np.zeros(nc * 3, np.int64)
+    column, code = np.divmod(np.asarray(keys, np.int64), CODES_PER_BLOCK)
+    order = np.lexsort((code, -np.asarray(weights, np.float64), column))  # best first within a column
+    first = order[np.r_[True, column[order][1:] != column[order][:-1]]] if len(order) else order
+    modal[column[first]] = code[first]
+    return modal.reshape(nc, 3)
+
+
+def modal_of(codes: np.ndarray, group_size: np.ndarray, nc: int) -> np.ndarray:
+    """(nc, 3) int64: per node and block of ``codes`` (k, nc, 3) int (the blocks' base-7 codes of k unique
     configs), the code with the largest total ``group_size`` (k,); ties → smallest code; 0 when k = 0."""
-    out = np.asarray(out_codes, np.int64)
-    weight = np.asarray(group_size, np.float64)
-    modal = np.zeros(nc, np.int64)
-    if out.shape[0] == 0:
-        return modal
-    for j in range(nc):
-        values, inverse = np.unique(out[:, j], return_inverse=True)
-        modal[j] = values[np.argmax(np.bincount(inverse, weights=weight))]
-    return modal
+    return modal_of_counts(*block_counts(np.asarray(codes).reshape(-1, nc, 3), group_size), nc)
 
 
 def violation_ratio_of(position: np.ndarray, largest: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -479,7 +520,7 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
                             dtype: Any = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Hand-made layout features per configurable node and config, and the violation ratio per config.
 
-    values (B, nc, 18) int8. Returns (feats (B, nc, N_DERIVED = 8), violation (B,)), both ``dtype``. With the output
+    values (B, nc, 18) int8. Returns (feats (B, nc, N_DERIVED = 9), violation (B,)), both ``dtype``. With the output
     layout taken from the config, or from node_feat cols 134–139 when the block is all −1 (default):
     0 minor-most output dim is the largest dim (the 128-lane side, seeds/002 §5.2);
     1, 2 log2(1 + size) / 10 of the dims in the two most-minor positions; 3 operand-0 minor dim differs
@@ -487,7 +528,8 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
     5 the minor-most dim differs from the node's default layout; 6 the output block differs from the
     node's modal output block in this graph (``cfg_modal``: real runtimes jump when a group leaves its
     modal output layout, STATS §4); 7 feat 6 × the node's relative cost (``cfg_cost``: the jump grows with
-    the node's work). Violation = mean of (1 − feat 0) over nodes of rank ≥ 2 (0 if none).
+    the node's work); 8 an operand block (slots 6–11 or 12–17) differs from the node's modal one, × its
+    relative cost (the operand layout a compute op reads). Violation = mean of (1 − feat 0) over nodes of rank ≥ 2 (0 if none).
     """
     assert pg.cfg_dims is not None and pg.cfg_default is not None
     assert pg.cfg_modal is not None and pg.cfg_cost is not None
@@ -512,8 +554,10 @@ def derived_config_features(pg: PreparedGraph, values: np.ndarray,
     feats[:, :, 3] = (inp[:, :, 0] != m0) & (inp[:, :, 0] >= 0) & (m0 >= 0)
     feats[:, :, 4] = is_default
     feats[:, :, 5] = (m0 != default[None, :, 0]) & (m0 >= 0)
-    out_code = encode_base7(v)[:, :, 0]  # the output block as one base-7 code, like cfg_modal
-    feats[:, :, 6] = out_code != pg.cfg_modal[None]
+    codes = encode_base7(np.asarray(values, np.int8))  # (B, nc, 3): each block as one base-7 code, like cfg_modal
+    off = codes != pg.cfg_modal[None]
+    feats[:, :, 6] = off[:, :, 0]
     feats[:, :, 7] = feats[:, :, 6] * pg.cfg_cost[None]
+    feats[:, :, 8] = (off[:, :, 1] | off[:, :, 2]) * pg.cfg_cost[None]
     viol = violation_ratio_of(m0, largest, rank)
     return feats.astype(dtype), viol.astype(dtype)

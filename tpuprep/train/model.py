@@ -18,9 +18,18 @@ at a fraction of its cost.
 Tile: graph embedding ``g = S / n`` fused late with the config inputs f (B, 42): log-scaled ``config_feat``
 and the output bounds set against the kernel's iteration space (``features.tile_config_features``).
 
-Head: ``s^b = gelu(pooled^b W_p [+ f^b W_c] [+ z^b W_summary] + b_p) · w_o + b_o`` — one score per
-config, higher = slower; z (B, 3) are the layout config summaries of ``features.config_summary``
-(violation ratio, share of nodes and of work whose output layout left its mode), straight to the head.
+Head: ``s^b = gelu(pooled^b W_p [+ f^b W_c] [+ z^b W_summary] + b_p) · w_o + b_o [+ K w_prior z^b_c]``
+— one score per config, higher = slower; z (B, 5) are the layout config summaries of
+``features.config_summary`` (violation ratio, shares of nodes and of work whose layout left its mode),
+straight to the head. The prior term (layout with derived features, ``ModelConfig.prior`` = K > 0):
+z_c = the share of the compute ops' work whose output left its modal layout
+(``features.COMPUTE_SHARE``), through one learned scalar ``w_prior`` (initialised to 1). With K = 1000
+a config whose compute share is larger by 0.001 scores one hinge margin higher from the start: the
+model begins as the ranking that share gives — the additive structure of layout runtimes, a jump for
+each conv/dot leaving its modal layout, growing with its work — and the graph network learns the rest,
+above all the order of configs that share does not separate (in ``default`` collections most configs
+leave no compute op's modal layout). Training moves ``w_prior`` like any weight, so a collection whose
+runtimes do not follow the share can turn it down; ``prior`` 0 removes the term.
 
 Every parameter lives in a flat ``dict[str, ndarray]``; :func:`forward` returns scores and a cache,
 :func:`backward` returns gradients with the same keys. float64 is used by the gradient checks, float32
@@ -36,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from .features import (
+    COMPUTE_SHARE,
     N_DERIVED,
     N_FEAT,
     N_LAYOUT_VALUES,
@@ -110,6 +120,7 @@ class ModelConfig:
     layers: int = 2
     dtype: str = "float32"
     derived: bool = True  # layout: hand-made layout features + violation ratio (features.py)
+    prior: float = 1000.0  # layout with derived: K, score units per unit of the compute share (0: no term)
 
     def __post_init__(self) -> None:
         if self.kind not in ("layout", "tile"):
@@ -118,6 +129,13 @@ class ModelConfig:
             raise ValueError("hidden, head_hidden and layers must be ≥ 1")
         if self.dtype not in ("float32", "float64"):
             raise ValueError("dtype must be 'float32' or 'float64'")
+        if not (math.isfinite(self.prior) and self.prior >= 0):
+            raise ValueError(f"prior must be a finite number ≥ 0, got {self.prior!r}")
+
+    @property
+    def has_prior(self) -> bool:
+        """Whether the model has the prior term (layout, derived features, prior > 0)."""
+        return self.kind == "layout" and self.derived and self.prior > 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -154,6 +172,8 @@ def init_params(cfg: ModelConfig, seed: int) -> Params:
     p["b_p"] = np.zeros(h2, dt)
     p["w_o"] = normal((h2,), h2, 0.5)
     p["b_o"] = np.zeros(1, dt)
+    if cfg.has_prior:
+        p["w_prior"] = np.ones(1, dt)
     return p
 
 
@@ -286,9 +306,17 @@ def _forward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, batch: np
             + params["b_p"]
     u, dgu = gelu_pair(q, keep)
     scores = u @ params["w_o"] + params["b_o"][0]
+    if cfg.has_prior:
+        assert summary is not None
+        scores += prior_input(summary, cfg) * params["w_prior"][0]
     if not keep:
         return scores, None
     return scores, ChunkCache(batch, pooled, dgu, u, dg0, layer_caches, derived, summary)  # type: ignore[arg-type]
+
+
+def prior_input(summary: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """(B,) K · z_c: the prior term's input from the config summaries (B, N_SUMMARY), same dtype."""
+    return summary[:, COMPUTE_SHARE] * summary.dtype.type(cfg.prior)
 
 
 def forward(params: Params, pg: PreparedGraph, batch: np.ndarray, cfg: ModelConfig,
@@ -337,6 +365,9 @@ def _backward_chunk(params: Params, pg: PreparedGraph, st: StaticCache, cc: Chun
     dt = params["w_x"].dtype
     n = max(pg.n_nodes, 1)
     layers = cfg.layers
+    if cfg.has_prior:
+        assert cc.summary is not None
+        g["w_prior"][0] += prior_input(cc.summary, cfg) @ ds
     g["w_o"] += cc.u.T @ ds
     g["b_o"][0] += ds.sum()
     dq = (ds[:, None] * params["w_o"][None]) * cc.dgelu_q
@@ -441,5 +472,6 @@ def reference_layout_scores(params: Params, pg: PreparedGraph, values: np.ndarra
         if summary is not None:
             q = q + summary @ params["w_summary"]
         u = gelu(q)
-        out.append(u @ params["w_o"] + params["b_o"][0])
+        prior = summary[COMPUTE_SHARE] * cfg.prior * params["w_prior"][0] if cfg.has_prior else 0.0
+        out.append(u @ params["w_o"] + params["b_o"][0] + prior)
     return np.array(out)

@@ -25,7 +25,8 @@ from .metrics import expand_to_original
 from .model import ModelConfig, Params, StaticCache, forward, init_params, static_forward
 
 FORMAT = "tpuprep-train-model"
-FORMAT_VERSION = 2  # 2: tile inputs gained the iteration-space columns (42 wide); dot work excludes batch dims
+FORMAT_VERSION = 3  # 2: tile inputs gained the iteration-space columns (42 wide); dot work excludes batch dims;
+# 3: layout gained the operand-block and compute-share inputs (9 derived, 5 summaries) and the prior term
 N_STATS = 134  # node_feat columns covered by the saved feature statistics
 JSON_KEYS = ("format", "format_version", "tpuprep_version", "collection", "kind", "model", "seed",
              "hyper", "feature_stats", "params", "history")

@@ -22,7 +22,15 @@ import numpy as np
 
 from .. import encode_base7
 from ..tpugraphs import config_rows_within
-from .features import ConfigDigest, PreparedGraph, modal_of, modal_rows, tile_bounds_set
+from .features import (
+    ConfigDigest,
+    PreparedGraph,
+    block_counts,
+    merge_counts,
+    modal_of_counts,
+    modal_rows,
+    tile_bounds_set,
+)
 from .model import forward
 from .ranker import Ranker
 
@@ -48,12 +56,11 @@ def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
     gid = structure.graph_id
     if kind == "layout":
         nc = len(structure.node_config_ids)
-        codes, sizes = [], []
+        keys, weights = np.zeros(0, np.int64), np.zeros(0)
         for block in ds.iter_config_blocks(gid, rows_per_block(nc), modal_rows(structure.num_unique_configs)):
-            codes.append(encode_base7(block.node_config_feat)[:, :, 0].astype(np.int64))
-            sizes.append(block.group_size)
-        out = np.concatenate(codes) if codes else np.zeros((0, nc), np.int64)
-        return ConfigDigest(cfg_modal=modal_of(out, np.concatenate(sizes) if sizes else [], nc))
+            k, w = block_counts(encode_base7(block.node_config_feat), block.group_size)
+            keys, weights = merge_counts(np.concatenate([keys, k]), np.concatenate([weights, w]))
+        return ConfigDigest(cfg_modal=modal_of_counts(keys, weights, nc))
     bounds = np.zeros(6, bool)
     for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK):
         bounds |= tile_bounds_set(block.config_feat)

@@ -79,6 +79,7 @@ class TrainConfig:
     head_hidden: int = 64
     layers: int = 2
     derived: bool = True  # layout: hand-made layout features + violation ratio in the model
+    prior: float = 1000.0  # layout with derived: the compute-share prior term's scale (model.py; 0: none)
     loss: str = "hinge"
     margin: float = 1.0
     pair_weight: str = "floor"  # losses.PAIR_WEIGHTS: pairs closer than ~the noise count little
@@ -292,7 +293,7 @@ def _train(ds: Any, collection: str, cfg: TrainConfig, out: str | Path | None,
     if not train_ids:
         raise ValueError(f"no training graphs for {collection}")
     mcfg = ModelConfig(kind=kind, hidden=cfg.hidden, head_hidden=cfg.head_hidden, layers=cfg.layers,
-                       dtype=cfg.dtype, derived=cfg.derived and kind == "layout")
+                       dtype=cfg.dtype, derived=cfg.derived and kind == "layout", prior=cfg.prior)
     hyper = asdict(cfg)
     hyper.update(n_train_graphs=len(train_ids), n_valid_graphs=len(valid_ids))
     ranker = Ranker.create(collection, ds.stats(collection), mcfg, cfg.seed, hyper)
