@@ -9,7 +9,7 @@
    --out M`` (no other option; ``--set`` adds ``tpuprep train`` options, to measure a candidate) in its
    own measured process (``benchmarks.measure``: wall, CPU time of the process, peak RSS), one run at a
    time with one BLAS/OpenMP/Numba thread, and evaluates the model on the valid split against the
-   noise-free truth.
+   noise-free truth (with the package that trained it, in a child process: model formats change).
 3. Prints one row per seed and collection: layout ``τ/oracle`` = τ(score, measured runtime) ÷ oracle τ
    (τ(noise-free runtime, measured runtime): the τ a perfect model of the noise-free runtime gets, the
    ceiling measurement noise leaves), the ratio of the issue's figures (0.85 / 0.895 / 0.93 / 0.94);
@@ -91,14 +91,25 @@ def train_default(shards: Path, collection: str, out: Path, code_root: Path, opt
             "load": [m.load_before, m.load_after], "steps": hist[-1]["steps"], "epochs": hist[-1]["epoch"]}
 
 
-def score(shards: Path, synth: Path, model: Path, collection: str) -> dict:
-    """The model's valid-split quality against the noise-free truth (``tpuprep.train.evaluate``)."""
-    import tpuprep
-    from tpuprep.train import Ranker, evaluate
+SCORE = """
+import json, sys
+import tpuprep
+from tpuprep.train import Ranker, evaluate
+shards, synth, model, collection = sys.argv[1:5]
+s = evaluate(tpuprep.open_dataset(shards), [Ranker.load(model)], split="valid", truth=synth, baseline=False,
+             log=None, threads=1).summary[collection]
+print(json.dumps(s))
+"""
 
-    ds = tpuprep.open_dataset(shards)
-    s = evaluate(ds, [Ranker.load(model)], split="valid", truth=synth, baseline=False, log=None,
-                 threads=1).summary[collection]
+
+def score(shards: Path, synth: Path, model: Path, collection: str, code_root: Path) -> dict:
+    """The model's valid-split quality against the noise-free truth (``tpuprep.train.evaluate``), scored
+    by the package at ``code_root`` (the one that trained it: model formats change between versions)."""
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(code_root)}
+    boot = f"import sys; sys.path.insert(0, {str(code_root)!r})\n" + SCORE
+    out = subprocess.run([sys.executable, "-c", boot, str(shards), str(synth), str(model), collection],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    s = json.loads(out.splitlines()[-1])
     if collection.startswith("layout"):
         return {"tau": s["tau"], "tau_vs_truth": s["tau_vs_truth"], "tau_oracle": s["tau_oracle"],
                 "ratio": s["tau"] / s["tau_oracle"], "ratio_truth": s["tau_vs_truth"] / s["tau_oracle"]}
@@ -128,12 +139,12 @@ def run(work: Path, profile: str, seeds: list[int], collections: list[str], opti
             name = coll.replace(":", "_")
             if rev_root is not None:
                 b = train_default(shards, coll, work / "models" / f"rev-s{seed}" / name, rev_root, [])
-                b |= score(shards, synth, work / "models" / f"rev-s{seed}" / name, coll)
+                b |= score(shards, synth, work / "models" / f"rev-s{seed}" / name, coll, rev_root)
                 base[key] = b
                 print(f"{key:28s} baseline {json.dumps(b)}", flush=True)
             model = work / "models" / f"s{seed}" / name
             row = {"seed": seed, "collection": coll, **train_default(shards, coll, model, REPO, options)}
-            row |= score(shards, synth, model, coll)
+            row |= score(shards, synth, model, coll, REPO)
             if coll.startswith("layout"):
                 row["goal_ok"] = row["ratio"] >= GOAL
             if key in base:
