@@ -107,9 +107,11 @@ def score(shards: Path, synth: Path, model: Path, collection: str, code_root: Pa
     by the package at ``code_root`` (the one that trained it: model formats change between versions)."""
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(code_root)}
     boot = f"import sys; sys.path.insert(0, {str(code_root)!r})\n" + SCORE
-    out = subprocess.run([sys.executable, "-c", boot, str(shards), str(synth), str(model), collection],
-                         env=env, capture_output=True, text=True, check=True).stdout
-    s = json.loads(out.splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-c", boot, str(shards), str(synth), str(model), collection],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scoring {model} with {code_root} failed (exit {proc.returncode}):\n{proc.stderr}")
+    s = json.loads(proc.stdout.splitlines()[-1])
     if collection.startswith("layout"):
         return {"tau": s["tau"], "tau_vs_truth": s["tau_vs_truth"], "tau_oracle": s["tau_oracle"],
                 "ratio": s["tau"] / s["tau_oracle"], "ratio_truth": s["tau_vs_truth"] / s["tau_oracle"]}

@@ -329,6 +329,18 @@ def test_training_that_diverges_is_refused_and_saves_nothing(ds, tmp_path, cli):
     assert not list(tmp_path.glob("c*"))
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1"])
+def test_a_prior_that_is_not_a_finite_number_at_least_0_is_refused(ds, tmp_path, cli, bad):
+    r = cli(train_cmd, "--shards", "SHARDS", "--collection", LAYOUT, "--out", str(tmp_path / "p"),
+            "--epochs", "1", "--prior", bad, "-q")
+    assert r.exit_code == 2 and "--prior" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("p*"))
+    with pytest.raises(ValueError, match="prior"):
+        TrainConfig(prior=float(bad))
+    trained = train(ds, LAYOUT, TrainConfig(epochs=1, hidden=8, head_hidden=8, prior=0.0, validate=False),
+                    out=tmp_path / "p0", log=None)
+    assert "w_prior" not in trained.params and Ranker.load(tmp_path / "p0").config.prior == 0.0
+
 # ---------------------------------------------------------------------------- (#12) file modes
 
 

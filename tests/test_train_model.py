@@ -492,13 +492,12 @@ def test_modal_work_share_is_the_share_of_work_off_its_modal_block(layout_graph)
     assert share.shape == (c_u,) and 0 < share.max() <= 1 and share.min() >= 0
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 5), st.integers(0, 12), st.integers(1, 4), st.randoms(use_true_random=False))
-def test_modal_blocks_counted_in_pieces_equal_a_plain_count(nc, k, pieces, rnd):
-    """block_counts / merge_counts / modal_of_counts (the streamed digest's path, any split into
-    pieces) against a per-node, per-block dictionary count: largest total group size, ties → smallest
-    code, 0 when nothing is counted."""
-    from tpuprep.train.features import block_counts, merge_counts, modal_of, modal_of_counts
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 5), st.integers(0, 12), st.integers(1, 40), st.randoms(use_true_random=False))
+def test_modal_blocks_equal_a_plain_count(nc, k, chunk, rnd):
+    """modal_of (any column slicing, ``chunk``) against a per-node, per-block dictionary count: largest
+    total group size, ties → smallest code, 0 when nothing is counted."""
+    from tpuprep.train.features import modal_of
 
     codes = np.array([[[rnd.choice([0, 1, 2, 7 ** 6 - 1]) for _ in range(3)] for _ in range(nc)]
                       for _ in range(k)], np.int64).reshape(k, nc, 3)
@@ -512,10 +511,6 @@ def test_modal_blocks_counted_in_pieces_equal_a_plain_count(nc, k, pieces, rnd):
             if total:
                 best = max(total.values())
                 expect[j, b] = min(c for c, t in total.items() if t == best)
-    keys, weights = np.zeros(0, np.int64), np.zeros(0)
-    cuts = sorted(rnd.randint(0, k) for _ in range(pieces - 1))
-    for lo, hi in zip([0, *cuts], [*cuts, k], strict=True):
-        kk, ww = block_counts(codes[lo:hi], sizes[lo:hi])
-        keys, weights = merge_counts(np.concatenate([keys, kk]), np.concatenate([weights, ww]))
-    np.testing.assert_array_equal(modal_of_counts(keys, weights, nc), expect)
-    np.testing.assert_array_equal(modal_of(codes, sizes, nc), expect)
+    got = modal_of(codes.astype(np.int32), sizes, nc, chunk=chunk)
+    assert got.shape == (nc, 3) and got.dtype == np.int64
+    np.testing.assert_array_equal(got, expect)

@@ -13,6 +13,7 @@ line that cannot work whatever the files hold (click's usage errors, e.g. ``pred
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,6 +80,13 @@ def _pair_weights() -> tuple[str, ...]:
     return PAIR_WEIGHTS
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A click callback refusing NaN and infinity (``FloatRange`` lets NaN through)."""
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number")
+    return value
+
+
 def _open(shards: str) -> Any:
     import tpuprep
 
@@ -131,7 +139,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
-@click.option("--prior", default=1000.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--prior", default=1000.0, show_default=True, type=click.FloatRange(min=0), callback=_finite,
               help="Layout (with --derived): scale of the prior term, the share of the conv/dot work "
                    "whose output left its modal layout, through one learned weight; 0: no prior term. "
                    "See tpuprep/train/README.md.")

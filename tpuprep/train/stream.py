@@ -1,7 +1,7 @@
 """Graphs for the trainer, evaluator and predictor without holding a collection's codes.
 
 A graph is used as its structure (``ds.load_graph(gid, configs=False)``) plus the few config-derived
-inputs the model needs (:class:`~.features.ConfigDigest`: the layout modal output blocks from at most
+inputs the model needs (:class:`~.features.ConfigDigest`: the layout modal blocks from at most
 ``features.MODAL_SAMPLE`` evenly spaced unique configs, the tile bound positions any config sets), read
 by streaming the configs in blocks (``ds.iter_config_blocks``). Scoring every unique config of a graph
 streams its configs the same way, so at any time one block of at most ``ROWS_PER_BLOCK`` decoded
@@ -22,15 +22,7 @@ import numpy as np
 
 from .. import encode_base7
 from ..tpugraphs import config_rows_within
-from .features import (
-    ConfigDigest,
-    PreparedGraph,
-    block_counts,
-    merge_counts,
-    modal_of_counts,
-    modal_rows,
-    tile_bounds_set,
-)
+from .features import ConfigDigest, PreparedGraph, modal_of, modal_rows, tile_bounds_set
 from .model import forward
 from .ranker import Ranker
 
@@ -56,11 +48,16 @@ def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
     gid = structure.graph_id
     if kind == "layout":
         nc = len(structure.node_config_ids)
-        keys, weights = np.zeros(0, np.int64), np.zeros(0)
-        for block in ds.iter_config_blocks(gid, rows_per_block(nc), modal_rows(structure.num_unique_configs)):
-            k, w = block_counts(encode_base7(block.node_config_feat), block.group_size)
-            keys, weights = merge_counts(np.concatenate([keys, k]), np.concatenate([weights, w]))
-        return ConfigDigest(cfg_modal=modal_of_counts(keys, weights, nc))
+        rows = modal_rows(structure.num_unique_configs)
+        codes = np.zeros((len(rows), nc, 3), np.int32)  # ≤ 4,096 × nc × 3 (174 MB at nc = 3,541)
+        sizes = np.zeros(len(rows), np.int64)
+        at = 0
+        for block in ds.iter_config_blocks(gid, rows_per_block(nc), rows):
+            k = len(block.group_size)
+            codes[at:at + k] = encode_base7(block.node_config_feat)
+            sizes[at:at + k] = block.group_size
+            at += k
+        return ConfigDigest(cfg_modal=modal_of(codes[:at], sizes[:at], nc))
     bounds = np.zeros(6, bool)
     for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK):
         bounds |= tile_bounds_set(block.config_feat)
@@ -93,8 +90,8 @@ class StructureCache:
     (``max_bytes``, the arrays of structure + prepared inputs) and optionally in graphs (``max_items``).
     The most recent graph is always kept; evicted ones are read and prepared again when next needed.
     No configs are held here (they come from the sampler or a stream). The config digest of every graph
-    seen is kept apart from the LRU (``digests``: (nc,) int64 layout, (6,) bool tile — ≤ 28 KB a graph at
-    nc = 3,541): computing it streams up to ``features.MODAL_SAMPLE`` configs (0.1–0.8 s a graph of
+    seen is kept apart from the LRU (``digests``: (nc, 3) int64 layout, (6,) bool tile — ≤ 85 KB a graph
+    at nc = 3,541): computing it streams up to ``features.MODAL_SAMPLE`` configs (≤ 0.4 s CPU a graph of
     ``bench``) where preparing the structure again takes milliseconds, so an evicted graph comes back
     without reading a config and the LRU can stay small.
     """

@@ -107,6 +107,8 @@ class TrainConfig:
             raise ValueError("batch_configs must be ≥ 2 (the loss compares pairs)")
         if (self.epochs is not None and self.epochs < 0) or self.batches_per_graph < 1 or self.valid_every < 1:
             raise ValueError("epochs must be ≥ 0, batches_per_graph and valid_every ≥ 1")
+        if not (math.isfinite(self.prior) and self.prior >= 0):
+            raise ValueError(f"prior must be a finite number ≥ 0, got {self.prior!r}")
 
 
 def split_graph_ids(ds: Any, collection: str, holdout_fold: int | None) -> tuple[list[str], list[str]]:
