@@ -402,8 +402,9 @@ def test_quality_benchmark_trains_with_defaults_per_seed_and_checks_the_limit(tm
 
 
 def test_quality_benchmark_trains_the_baseline_with_its_own_code(tmp_path):
-    """The baseline package is trained with its own code, not the working tree's: a copy of the package
-    whose default is 2 layout epochs, against a candidate told 1 epoch (no git history needed)."""
+    """The baseline package is trained and scored with its own code, not the working tree's: a copy of
+    the package whose default is 2 layout epochs and whose models are format 99 (the working tree's loader
+    refuses them), against a candidate told 1 epoch (no git history needed)."""
     import re
     import shutil
 
@@ -415,6 +416,10 @@ def test_quality_benchmark_trains_the_baseline_with_its_own_code(tmp_path):
     text, n = re.subn(r'DEFAULT_EPOCHS = \{"layout": \d+,', 'DEFAULT_EPOCHS = {"layout": 2,', trainer.read_text())
     assert n == 1
     trainer.write_text(text)
+    ranker = base / "tpuprep" / "train" / "ranker.py"
+    text, n = re.subn(r"^FORMAT_VERSION = \d+", "FORMAT_VERSION = 99", ranker.read_text(), flags=re.M)
+    assert n == 1
+    ranker.write_text(text)
     out = tmp_path / "q.json"
     proc = run_module("benchmarks.quality", "--work", str(tmp_path / "w"), "--profile", "tiny", "--seeds", "3",
                       "--collections", "layout:xla:random", "--set", "epochs=1", "--baseline-src", str(base),
@@ -425,6 +430,8 @@ def test_quality_benchmark_trains_the_baseline_with_its_own_code(tmp_path):
     assert res["baseline"]["3/layout:xla:random"]["epochs"] == 2 and row["epochs"] == 1
     assert row["baseline_cpu_s"] == res["baseline"]["3/layout:xla:random"]["cpu_s"]
     assert row["limit_ok"] == (row["cpu_s"] <= 1.5 * row["baseline_cpu_s"])
+    assert json.loads((tmp_path / "w" / "models" / "rev-s3" / "layout_xla_random.json").read_text())[
+        "format_version"] == 99 and math.isfinite(res["baseline"]["3/layout:xla:random"]["ratio"])
 
 
 def test_quality_benchmark_exports_a_revisions_package_and_schemas(tmp_path):
