@@ -341,6 +341,13 @@ def test_a_prior_that_is_not_a_finite_number_at_least_0_is_refused(ds, tmp_path,
                     out=tmp_path / "p0", log=None)
     assert "w_prior" not in trained.params and Ranker.load(tmp_path / "p0").config.prior == 0.0
 
+@pytest.mark.parametrize(("option", "bad"), [("--lr", "nan"), ("--time-budget", "inf"), ("--prior", "nan")])
+def test_every_float_option_of_train_refuses_nan_and_infinity(tmp_path, cli, option, bad):
+    r = cli(train_cmd, "--shards", "SHARDS", "--collection", LAYOUT, "--out", str(tmp_path / "f"),
+            "--epochs", "1", option, bad, "-q")
+    assert r.exit_code == 2 and option in r.stderr and "not a finite number" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("f*"))
+
 # ---------------------------------------------------------------------------- (#12) file modes
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import signal
 import sys
@@ -20,6 +21,16 @@ import click
 from ..errors import FatalError, UsageError, display_name
 
 EXIT_OK, EXIT_FATAL, EXIT_USAGE, EXIT_QUARANTINED = 0, 1, 2, 3
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinity (a NaN passes every bound comparison)."""
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and not math.isfinite(rv):
+            self.fail(f"{rv!r} is not a finite number", param, ctx)
+        return rv
 
 
 def shown(location: str | Path) -> str:

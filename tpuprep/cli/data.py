@@ -12,6 +12,7 @@ from ..errors import display_name
 from .common import (
     EXIT_FATAL,
     EXIT_OK,
+    FiniteFloatRange,
     Progress,
     comma_list,
     emit_document,
@@ -109,7 +110,7 @@ def _source(ctx: click.Context, param: click.Parameter, value: str) -> Path | st
 @click.option("--split", default=None, help="As given to the build (with --collection).")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="Check graphs in N local processes (the report is the same as with 1).")
-@click.option("--sample", default=None, type=click.FloatRange(0, 1, min_open=True),
+@click.option("--sample", default=None, type=FiniteFloatRange(0, 1, min_open=True),
               help="Check only this fraction of the graphs against their inputs (a subset drawn with "
                    "--seed); every shard is still checked (docs/cli.md).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --sample subset.")

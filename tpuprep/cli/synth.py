@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_FATAL, comma_list, format_table, summary_table
+from .common import EXIT_FATAL, FiniteFloatRange, comma_list, format_table, summary_table
 from .group import main
 from .outputs import check_output
 
@@ -21,7 +21,7 @@ from .outputs import check_output
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--collections", default=None,
               help="Comma-separated collection ids or prefixes to write (e.g. layout:xla, tile).")
-@click.option("--fraction", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+@click.option("--fraction", default=1.0, show_default=True, type=FiniteFloatRange(0, 1, min_open=True),
               help="Only the first ceil(F x count) files of every collection and split, each the same "
                    "file as in the whole profile (e.g. 0.25 for a quarter-scale rehearsal of full).")
 @click.option("--dry-run", is_flag=True,

@@ -13,7 +13,6 @@ line that cannot work whatever the files hold (click's usage errors, e.g. ``pred
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import FatalError, UsageError
-from .common import LazyChoice
+from .common import FiniteFloatRange, LazyChoice
 from .group import main
 from .outputs import check_output
 
@@ -80,13 +79,6 @@ def _pair_weights() -> tuple[str, ...]:
     return PAIR_WEIGHTS
 
 
-def _finite(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """A click callback refusing NaN and infinity (``FloatRange`` lets NaN through)."""
-    if not math.isfinite(value):
-        raise click.BadParameter(f"{value!r} is not a finite number")
-    return value
-
-
 def _open(shards: str) -> Any:
     import tpuprep
 
@@ -133,13 +125,13 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")
-@click.option("--lr", default=4e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--lr", default=4e-3, show_default=True, type=FiniteFloatRange(min=0, min_open=True))
 @click.option("--hidden", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--layers", default=2, show_default=True, type=click.IntRange(min=1),
               help="Message-passing steps.")
 @click.option("--derived/--no-derived", default=True, show_default=True,
               help="Layout: add hand-made layout features and the violation ratio to the model.")
-@click.option("--prior", default=1000.0, show_default=True, type=click.FloatRange(min=0), callback=_finite,
+@click.option("--prior", default=1000.0, show_default=True, type=FiniteFloatRange(min=0),
               help="Layout (with --derived): scale of the prior term, the share of the conv/dot work "
                    "whose output left its modal layout, through one learned weight; 0: no prior term. "
                    "See tpuprep/train/README.md.")
@@ -148,7 +140,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="hinge/ranknet pair weights: floor = min(1, |log r_i - log r_j| / 3e-3) (pairs "
                    "closer than the measurement noise count little), logdiff = |log r_i - log r_j|.")
 @click.option("--batches-per-graph", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--time-budget", default=None, type=click.FloatRange(min=0),
+@click.option("--time-budget", default=None, type=FiniteFloatRange(min=0),
               help="Seconds the whole run may take, validation and saving included (the model is "
                    "saved within S x 1.1; start-up before training, i.e. imports and opening the "
                    "shards, is reported, not counted). See tpuprep/train/README.md.")

@@ -110,6 +110,12 @@ def gelu_grad(x: np.ndarray) -> np.ndarray:
     return gelu_pair(x, True)[1]  # type: ignore[return-value]
 
 
+def check_prior(prior: float) -> None:
+    """ValueError unless ``prior`` (``ModelConfig.prior``) is a finite number ≥ 0."""
+    if not (math.isfinite(prior) and prior >= 0):
+        raise ValueError(f"prior must be a finite number ≥ 0, got {prior!r}")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture hyper-parameters. kind: "layout" or "tile"; dtype: "float32" or "float64"."""
@@ -129,8 +135,7 @@ class ModelConfig:
             raise ValueError("hidden, head_hidden and layers must be ≥ 1")
         if self.dtype not in ("float32", "float64"):
             raise ValueError("dtype must be 'float32' or 'float64'")
-        if not (math.isfinite(self.prior) and self.prior >= 0):
-            raise ValueError(f"prior must be a finite number ≥ 0, got {self.prior!r}")
+        check_prior(self.prior)
 
     @property
     def has_prior(self) -> bool:

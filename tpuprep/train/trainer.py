@@ -29,7 +29,7 @@ from ._blas import blas_threads
 from .budget import Budget, OutOfTime, startup_seconds
 from .losses import LOSSES, PAIR_WEIGHTS, pairwise_loss
 from .metrics import kendall_tau, slowdown_at_k
-from .model import ModelConfig, backward, forward
+from .model import ModelConfig, backward, check_prior, forward
 from .optim import AdamW, lr_at
 from .ranker import Ranker, collection_kind
 from .stream import StructureCache, sample_target, score_streamed
@@ -107,8 +107,7 @@ class TrainConfig:
             raise ValueError("batch_configs must be ≥ 2 (the loss compares pairs)")
         if (self.epochs is not None and self.epochs < 0) or self.batches_per_graph < 1 or self.valid_every < 1:
             raise ValueError("epochs must be ≥ 0, batches_per_graph and valid_every ≥ 1")
-        if not (math.isfinite(self.prior) and self.prior >= 0):
-            raise ValueError(f"prior must be a finite number ≥ 0, got {self.prior!r}")
+        check_prior(self.prior)  # before any data is read, as ModelConfig will
 
 
 def split_graph_ids(ds: Any, collection: str, holdout_fold: int | None) -> tuple[list[str], list[str]]:
