@@ -53,7 +53,7 @@ def test_loading_and_sampling_never_import_pandas(synth_shards):
         "    if g.kind == 'layout':\n"
         "        g.node_config_feat(np.arange(min(3, g.num_unique_configs)))\n"
         "        ds.sample_configs(gid, 4)\n"
-        "        ds.config_runtimes(gid)\n"
+        "    assert ds.config_runtimes(gid) is not None or g.split == 'test'\n"
         "    assert 'pandas' not in sys.modules, gid\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -32,20 +32,17 @@ import pyarrow.parquet as pq
 from ..io.storage import Store, resolve
 from ..tpugraphs import graph_fold
 from . import arguments, pages
-from .derived import expand_tied, safe_normalizer, sample_rows, unique_config_columns
+from .derived import safe_normalizer, sample_rows, unique_config_columns
 from .layout import MANIFEST
 from .loads import GraphLoads
 from .manifest import read_manifest
-from .parquet import read_row_group, read_row_groups
 from .records import ConfigSample, GraphRecord
-from .sampled import DERIVED_BYTES, SampledReads
+from .sampled import SampledReads
 from .scans import Scans
 from .shard_files import ShardFiles
 from .shard_index import ShardIndex
-from .stored_codes import StoredCodes
 
-__all__ = ["DERIVED_BYTES", "ConfigSample", "Dataset", "GraphRecord", "ShardIndex", "StoredCodes", "expand_tied",
-           "open_dataset", "read_row_group", "read_row_groups", "safe_normalizer", "sample_rows",
+__all__ = ["ConfigSample", "Dataset", "GraphRecord", "open_dataset", "safe_normalizer", "sample_rows",
            "unique_config_columns"]
 
 

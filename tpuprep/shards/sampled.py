@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import BadShards, one_line
 from ..kernels.base7 import decode_base7
@@ -118,7 +117,7 @@ class SampledReads:
                 t = parquet.read_row_groups(self._parquet(path), path, rgs, ["graph_id", "config_id", "runtime"],
                                     use_threads=False)
                 if collection_kind(collection) == "tile":
-                    t = t.filter(pc.equal(t.column("graph_id"), graph_id))
+                    t = parquet.rows_of(t, "graph_id", graph_id)
                 pieces.append(t)
             table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
             ids = flat(table.column("config_id"))

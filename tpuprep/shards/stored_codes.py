@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import BadShards
 from ..kernels.base7 import decode_base7
-from ..kernels.planes import join_columns
+from ..kernels.planes import join_columns, join_planes
 from . import pages
 from .derived import expand_tied
 
@@ -126,12 +126,5 @@ class StoredCodes:
         out = np.empty((k, len(self.tie), 18), np.int8)
         for where, data in self._pieces(rows):
             if len(data):
-                out[where] = expand_tied(decode_base7(joined(data).reshape(len(data), self.nt, 3)), self.tie)
+                out[where] = expand_tied(decode_base7(join_planes(data).reshape(len(data), self.nt, 3)), self.tie)
         return out
-
-
-def joined(data: np.ndarray) -> np.ndarray:
-    """``kernels.planes.join_planes`` in NumPy for the few rows of a sample: (k, 4n) uint8 byte planes →
-    (k, n) int32, without the compiled kernel (whose first call in a process costs ~1 s to load)."""
-    planes = data.reshape(len(data), 4, -1).astype(np.int32)
-    return planes[:, 0] | (planes[:, 1] << 8) | (planes[:, 2] << 16) | (planes[:, 3] << 24)
