@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from tpuprep.cli import main
-from tpuprep.pipeline import ClusterSpec, make_pipeline_runner
+from tpuprep.pipeline import ClusterSpec
+from tpuprep.request import open_runner
 from tpuprep.runners import make_runner
 from tpuprep.runners.dask_cluster import ClusterError, SchedulerAddressError
 from tpuprep.runners.local import SerialRunner
@@ -19,7 +20,7 @@ def test_a_run_files_dask_cluster_without_an_address_is_never_run_serially(monke
     # is one line, not a silent fall-back to running everything in this process
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
     with pytest.raises(ClusterError, match="no Dask scheduler given"):
-        make_pipeline_runner(ClusterSpec("dask"))
+        open_runner(ClusterSpec("dask"))
 
 
 def test_dask_scheduler_address_selects_a_cluster_only_when_nothing_else_is_asked_for(monkeypatch):
@@ -28,9 +29,9 @@ def test_dask_scheduler_address_selects_a_cluster_only_when_nothing_else_is_aske
     with pytest.raises(SchedulerAddressError, match="DASK_SCHEDULER_ADDRESS 'not-an-address'"):
         make_runner(1, use_env=True)
     with pytest.raises(SchedulerAddressError, match="DASK_SCHEDULER_ADDRESS 'not-an-address'"):
-        make_pipeline_runner(ClusterSpec("dask"))
+        open_runner(ClusterSpec("dask"))
     # ... a run file's serial cluster and a library's make_runner(1) do not
-    assert isinstance(make_pipeline_runner(ClusterSpec("serial")), SerialRunner)
+    assert isinstance(open_runner(ClusterSpec("serial")), SerialRunner)
     assert isinstance(make_runner(1), SerialRunner)
 
 

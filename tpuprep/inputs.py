@@ -148,7 +148,7 @@ def resolve_source(src: str | os.PathLike | Source, storage_options: dict | None
     scheme = scheme_of(src)
     if scheme not in (None, "file"):
         return Source(resolve(src, storage_options, what="--src"), None, storage_options or None)
-    given = resolve(src, what="--src").display if scheme == "file" else src  # file:// as resolve reads it
+    given = resolve(src, what="--src").display  # file:// as resolve reads it; a path as given
     path = Path(given).resolve()
     if not path.exists():
         raise MissingSource(f"--src {given} does not exist")

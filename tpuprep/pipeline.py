@@ -396,14 +396,6 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     return dataclasses.replace(p, **changes) if changes else p
 
 
-def make_pipeline_runner(spec: ClusterSpec, quiet: bool = False, converter: bool = False):
-    """The runner for a run's cluster settings: ``request.open_runner``, as ``tpuprep build`` opens
-    its own (``quiet``, ``converter``: see there)."""
-    from .request import open_runner
-
-    return open_runner(spec, quiet=quiet, converter=converter)
-
-
 def pipeline_request(p: Pipeline, *, dry_run: bool = False):
     """The ``BuildRequest`` of a run (``request.make_request``, as ``tpuprep build`` makes its own,
     with the same checks and messages). ``MissingSource`` when a local src does not exist."""
@@ -455,4 +447,4 @@ def run_pipeline(path: str | Path | Pipeline, *, dry_run: bool = False, progress
 
 
 __all__ = ["ClusterSpec", "Pipeline", "PipelineError", "SynthSpec", "interpolate", "load_pipeline",
-           "make_pipeline_runner", "override", "parse_pipeline", "pipeline_request", "run_pipeline"]
+           "override", "parse_pipeline", "pipeline_request", "run_pipeline"]

@@ -155,13 +155,14 @@ def _local_destination(dst: str | os.PathLike, source: Source) -> Store:
     ``source`` (a build never writes into, or deletes from, its own input) and not a file."""
     if not str(dst):
         raise UsageError("--dst must not be empty")
-    dst_path = Path(resolve(dst).root if scheme_of(dst) == "file" else dst).resolve()
+    dst_path = Path(resolve(dst, what="--dst").display).resolve()  # file:// as resolve reads it
     if source.is_local and overlap(Path(source.store.root), dst_path):
         raise UsageError(f"--dst {dst_path} and --src {source.display} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
-    if os.path.lexists(dst_path) and not dst_path.is_dir():
+    store = resolve(dst_path)
+    if store.root_not_a_folder:
         raise UsageError(f"--dst {dst_path} exists and is not a folder")
-    return resolve(dst_path)
+    return store
 
 
 def make_request(

@@ -163,7 +163,7 @@ class Store:
         listing; locally every entry that is not a folder: regular files, links (none followed), FIFOs,
         sockets and devices)."""
         if self.is_local:
-            return _local_listing(self.root)
+            return sorted(rel for rel, kind in self.walk(lambda _: True) if kind != "folder")
         self.fs.invalidate_cache()
         prefix = self.root.rstrip("/") + "/"
         try:
@@ -583,17 +583,6 @@ def _local_walk(root: str, rel: str, enter: Callable[[str], bool]) -> list[tuple
         else:
             out.append((child, "other"))
     return out
-
-
-def _local_listing(root: str) -> list[str]:
-    """The files below the local folder ``root``, relative POSIX paths, sorted; [] when it is missing."""
-    found = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        rel = os.path.relpath(folder, root)
-        base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-        found.extend(base + name for name in files)
-        found.extend(base + name for name in dirs if os.path.islink(os.path.join(folder, name)))
-    return sorted(found)
 
 
 def missing_bucket(store: Store) -> str | None:
