@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
 from io import BytesIO
 from pathlib import Path
+
+from benchmarks.training import prepare
 
 REPO = Path(__file__).resolve().parent.parent
 COLLECTIONS = ["layout:xla:default", "layout:xla:random", "layout:nlp:default", "layout:nlp:random", "tile:xla"]
@@ -46,20 +47,6 @@ LIMIT = 1.5
 """Training CPU seconds ≤ LIMIT × the baseline's on the same seed and collection."""
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
               "NUMBA_NUM_THREADS": "1"}
-
-
-def prepare(work: Path, profile: str, seed: int) -> tuple[Path, Path]:
-    """(synth root, shard folder) of ``profile`` and ``seed``, made once."""
-    from tpuprep.build import build
-    from tpuprep.synth import synthesize
-
-    synth, shards = work / f"s{seed}" / "synth", work / f"s{seed}" / "shards"
-    if not (synth / "npz").is_dir():
-        synthesize(synth, profile, seed)
-    if not (shards / "manifest.json").is_file():
-        shutil.rmtree(shards, ignore_errors=True)
-        build(synth / "npz", shards)
-    return synth, shards
 
 
 def export_revision(work: Path, rev: str, repo: Path = REPO) -> Path:
@@ -121,12 +108,9 @@ def score(shards: Path, synth: Path, model: Path, collection: str, code_root: Pa
 
 def options_of(settings: dict[str, str]) -> list[str]:
     """``--set`` pairs as ``tpuprep train`` options (``true``/``false``: a ``--x/--no-x`` flag)."""
-    args: list[str] = []
-    for key, value in settings.items():
-        name = key.replace("_", "-")
-        low = value.lower()
-        args += ([f"--{name}"] if low == "true" else [f"--no-{name}"] if low == "false" else [f"--{name}", value])
-    return args
+    from benchmarks.training import _value, train_flags
+
+    return train_flags({key: _value(value) for key, value in settings.items()})
 
 
 def run(work: Path, profile: str, seeds: list[int], collections: list[str], options: list[str],
@@ -135,7 +119,7 @@ def run(work: Path, profile: str, seeds: list[int], collections: list[str], opti
     and scored; returns {"rows": [...], "baseline": {...}}."""
     rows, base = [], dict(baseline or {})
     for seed in seeds:
-        synth, shards = prepare(work, profile, seed)
+        synth, shards = prepare(work / f"s{seed}", profile, seed)
         for coll in collections:
             key = f"{seed}/{coll}"
             name = coll.replace(":", "_")

@@ -122,7 +122,7 @@ def journal_lines(corpus: Path) -> int:
 def open_and_load(shards: str, out: str, per_collection: int = 3, sample: int = 64) -> None:
     """``open_dataset`` and ``load_graph`` of the largest graph (by unique configs) and the first and
     last others of every collection, decoding ``sample`` unique configs of each; timings and the bytes
-    each record keeps (``kept_mb``: its arrays and a layout graph's stored codes) to ``out``. Layout
+    each record keeps (``kept_bytes``, ``kept_mb``: its arrays and a layout graph's stored codes) to ``out``. Layout
     codes stay compressed until rows are decoded (``GraphRecord.stored_codes``, issue #30)."""
     import numpy as np
 
@@ -147,7 +147,7 @@ def open_and_load(shards: str, out: str, per_collection: int = 3, sample: int = 
             kept += g.stored_codes.nbytes if getattr(g, "stored_codes", None) is not None else 0
             res["graphs"].append({"graph_id": gid, "unique_configs": g.num_unique_configs,
                                   "load_s": t1 - t0, "decode_s": time.perf_counter() - t1,
-                                  "kept_mb": round(kept / 2**20, 1)})
+                                  "kept_bytes": kept, "kept_mb": round(kept / 2**20, 1)})
     res["load_s"] = sum(g["load_s"] for g in res["graphs"])
     Path(out).write_text(json.dumps(res, indent=1))
 

@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 
 
-def prepare(work: Path, profile: str) -> tuple[Path, Path]:
-    """(synth root, shard folder) of the profile, made once."""
+def prepare(work: Path, profile: str, seed: int = 0) -> tuple[Path, Path]:
+    """(synth root, shard folder) of the profile and seed under ``work``, made once."""
     from tpuprep.build import build
     from tpuprep.synth import synthesize
 
     synth, shards = work / "synth", work / "shards"
     if not (synth / "npz").is_dir():
-        synthesize(synth, profile, 0)
+        synthesize(synth, profile, seed)
     if not (shards / "manifest.json").is_file():
         shutil.rmtree(shards, ignore_errors=True)
         build(synth / "npz", shards)
@@ -59,6 +59,16 @@ def train_timed(ds, collection: str, seconds: float, **extra):
                     "configs_per_s": round(last["configs"] / last["seconds"], 1)}
 
 
+def train_flags(settings: dict) -> list[str]:
+    """``tpuprep train`` options of ``{key: value}`` (a bool: the ``--x`` / ``--no-x`` flag)."""
+    args: list[str] = []
+    for key, value in settings.items():
+        name = key.replace("_", "-")
+        args += ([f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool)
+                 else [f"--{name}", str(value)])
+    return args
+
+
 def train_cli(shards: Path, collection: str, seconds: float, out: Path, **extra) -> tuple[object, dict]:
     """A model trained by ``tpuprep train --time-budget seconds`` in a measured child process; returns
     (ranker, record with wall_s, budget_s, wall_over_budget, startup_s, peak_rss_mb, steps, configs)."""
@@ -67,12 +77,7 @@ def train_cli(shards: Path, collection: str, seconds: float, out: Path, **extra)
     from tpuprep.train import Ranker
     from tpuprep.train.budget import SLACK
 
-    flags = {"epochs": 100_000, **extra}
-    args: list[str] = []
-    for key, value in flags.items():
-        name = key.replace("_", "-")
-        args += ([f"--{name}" if value else f"--no-{name}"] if isinstance(value, bool)
-                 else [f"--{name}", str(value)])
+    args = train_flags({"epochs": 100_000, **extra})
     m = measure(tpuprep_cmd("train", "--shards", str(shards), "--collection", collection, "--out", str(out),
                             "--time-budget", repr(seconds), "-q", *args))
     ranker = Ranker.load(out)
@@ -152,6 +157,8 @@ def alexnet(work: Path, path: Path, seconds: float) -> dict:
     # thr["configs"] counts training configs; the scored ones are the held-out rows
     result = {**thr, "scored_configs": row["configs"], "scored_unique_configs": row["unique_configs"],
               **{k: row[k] for k in keep}}
+    if "w_prior" in ranker.params:  # the prior term's learned weight (1 at the start, model.py)
+        result["w_prior"] = float(ranker.params["w_prior"][0])
     print(f"alexnet (20 % of unique configs held out) {json.dumps(result)}", flush=True)
     return result
 

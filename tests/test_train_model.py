@@ -511,6 +511,6 @@ def test_modal_blocks_equal_a_plain_count(nc, k, chunk, rnd):
             if total:
                 best = max(total.values())
                 expect[j, b] = min(c for c, t in total.items() if t == best)
-    got = modal_of(codes.astype(np.int32), sizes, nc, chunk=chunk)
+    got = modal_of(codes.astype(np.int32), sizes, chunk=chunk)
     assert got.shape == (nc, 3) and got.dtype == np.int64
     np.testing.assert_array_equal(got, expect)

@@ -57,7 +57,7 @@ def config_digest(ds: Any, structure: Any, kind: str) -> ConfigDigest:
             codes[at:at + k] = encode_base7(block.node_config_feat)
             sizes[at:at + k] = block.group_size
             at += k
-        return ConfigDigest(cfg_modal=modal_of(codes[:at], sizes[:at], nc))
+        return ConfigDigest(cfg_modal=modal_of(codes[:at], sizes[:at]))
     bounds = np.zeros(6, bool)
     for block in ds.iter_config_blocks(gid, ROWS_PER_BLOCK):
         bounds |= tile_bounds_set(block.config_feat)
