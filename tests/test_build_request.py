@@ -179,8 +179,10 @@ def test_resume_with_overwrite_is_refused_before_the_source_is_listed(tree, tmp_
 
 def test_build_takes_a_request_or_the_keyword_form_never_both(tree, tmp_path):
     request = make_request(tree, tmp_path / "out", dry_run=True)
-    assert tpuprep.build.build(request).manifest["inputs"] == \
-        tpuprep.build.build(tree, tmp_path / "out", dry_run=True).manifest["inputs"]
+    inputs = tpuprep.build.build(request).manifest["inputs"]
+    assert inputs == tpuprep.build.build(tree, tmp_path / "out", dry_run=True).manifest["inputs"]
+    assert sorted(inputs) == [f"{L}/g1.npz", "layout/xla/random/valid/g2.npz",
+                              "tile/xla/train/t1.npz"]
     with pytest.raises(TypeError, match="takes the request alone"):
         tpuprep.build.build(request, tmp_path / "elsewhere")
     with pytest.raises(TypeError, match="takes the request alone"):
