@@ -104,20 +104,68 @@ def ref_output_rank(row) -> int:
     return min(int(max(r_dims, r_perm)), 6)
 
 
-def ref_repad(node_feat, node_opcode):
-    """docs/spec.md §2.2 on a (n, 140) matrix: returns (re-padded float32 copy, anomaly mask bool)."""
-    feat = np.array(node_feat, dtype=np.float32, copy=True)
-    anomalous = np.zeros(feat.shape[0], dtype=bool)
-    for i in range(feat.shape[0]):
-        r = ref_output_rank(feat[i])
-        layout = [float(feat[i, c]) for c in LAYOUT_COLS[:r]]
-        anomalous[i] = sorted(layout) != [float(k) for k in range(r)]
+DIMENSION_COLS = list(range(31, 37))
+# docs/spec.md §2.2, written out here by opcode name (ids of TPUGRAPHS.md §6), not taken from tpuprep
+NOT_OPCODES = {0, 97, 101}  # "unknown" and the two unused ids; anything above 120 is not an opcode either
+ONE_DIMENSION = {22: "concatenate", 43: "get-dimension-size", 44: "set-dimension-size", 48: "iota",
+                 93: "sort", 104: "all-gather", 111: "reduce-scatter", 112: "all-gather-start"}
+RANK_DIMENSIONS = {56: "map", 98: "transpose"}
+BROADCAST, REDUCE = 13, 70
+UNDECIDED = {6: "all-to-all", 76: "reverse"}
+
+
+def ref_dimensions_length(opcode, rank, is_tuple, operand_ranks):
+    """Entries of an instruction's ``dimensions`` (cols 31–36, at most 6 kept), or None when the npz
+    cannot tell: ``operand_ranks`` maps each distinct operand node (edge_index rows [u, v]) to its rank."""
+    opcode = int(opcode)
+    if opcode in NOT_OPCODES or opcode > 120 or opcode in UNDECIDED:
+        return None
+    if opcode in ONE_DIMENSION:
+        return 1
+    if opcode in RANK_DIMENSIONS:
+        return min(rank, 6)
+    if opcode == BROADCAST:
+        return min(next(iter(operand_ranks.values())), 6) if len(operand_ranks) == 1 else None
+    if opcode == REDUCE:
+        if is_tuple or not operand_ranks or max(operand_ranks.values()) < rank:
+            return None
+        return min(max(operand_ranks.values()) - rank, 6)
+    return 0
+
+
+def ref_repad(node_feat, node_opcode, edge_index, node_index=None):
+    """docs/spec.md §2.2 on the rows ``node_index`` (all when None) of a whole graph's (n, 140) matrix:
+    returns (re-padded float32 copy of those rows, anomaly mask bool, undecided mask bool)."""
+    whole = np.array(node_feat, dtype=np.float32, copy=True)
+    n = whole.shape[0]
+    rows = list(range(n)) if node_index is None else [int(i) for i in np.asarray(node_index).reshape(-1)]
+    ranks = [ref_output_rank(whole[i]) for i in range(n)]
+    operands: dict[int, dict[int, int]] = {i: {} for i in range(n)}
+    for u, v in np.asarray(edge_index).reshape(-1, 2).tolist():
+        operands[u][v] = ranks[v]
+    feat = whole[rows] if rows else np.zeros((0, whole.shape[1]), np.float32)
+    anomalous = np.zeros(len(rows), dtype=bool)
+    undecided = np.zeros(len(rows), dtype=bool)
+    for k, i in enumerate(rows):
+        r = ranks[i]
+        layout = [float(feat[k, c]) for c in LAYOUT_COLS[:r]]
+        anomalous[k] = sorted(layout) != [float(d) for d in range(r)]
         for c in LAYOUT_COLS[r:]:
-            feat[i, c] = -1
+            feat[k, c] = -1
         s = max(r - 2, 0) if int(node_opcode[i]) == CONVOLUTION else 0
         for c in INPUT_SPATIAL_COLS[s:] + KERNEL_SPATIAL_COLS[s:]:
-            feat[i, c] = -1
-    return feat, anomalous
+            feat[k, c] = -1
+        length = ref_dimensions_length(node_opcode[i], r, float(feat[k, COL_TUPLE]) == 1, operands[i])
+        if length is None:
+            undecided[k] = True
+            continue
+        values = [float(feat[k, c]) for c in DIMENSION_COLS]
+        if any(v < 0 for v in values[:length]) or any(v not in (0.0, -1.0) for v in values[length:]):
+            anomalous[k] = True  # the data contradict the rule: left as they are
+            continue
+        for c in DIMENSION_COLS[length:]:
+            feat[k, c] = -1
+    return feat, anomalous, undecided
 
 
 # --------------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def _tampered_shards(tmp_path: Path, src: Path) -> Path:
     dst = tmp_path / "shards"
     build(src, dst, BuildOptions(repad=False))
     m = json.loads((dst / "manifest.json").read_text())
-    m["options"]["repad"] = True
+    m["options"] |= {"repad": True, "repad_rule": BuildOptions().repad_rule}
     (dst / "manifest.json").write_text(json.dumps(m))
     return dst
 

@@ -75,5 +75,5 @@ def test_train_help_still_lists_the_losses() -> None:
 def test_repadded_columns_still_importable() -> None:
     from tpuprep.tpugraphs import REPADDED_COLUMNS
 
-    assert REPADDED_COLUMNS.dtype.name == "int64" and len(REPADDED_COLUMNS) == 14
+    assert REPADDED_COLUMNS.dtype.name == "int64" and len(REPADDED_COLUMNS) == 20
     assert json.dumps(REPADDED_COLUMNS.tolist())

@@ -43,6 +43,7 @@ from tpuprep.kernels import (
 from tpuprep.kernels import planes as planes_module
 from tpuprep.kernels.prune import hop_distance
 from tpuprep.kernels.repad import output_rank
+from tpuprep.verify.reference import repad_reference
 
 SETTINGS = settings(
     max_examples=200,
@@ -115,6 +116,9 @@ def test_hop_distance_equals_reference(graph):
 # --------------------------------------------------------------------------------------------------
 
 OTHER_OPCODES = [2, 11, 13, 34, 41, 45, 63, 75, 98, 100]
+# every class of the dimensions rule (docs/spec.md §2.2): none, one entry, own rank, operand rank,
+# reduce, undecided (all-to-all, reverse, "unknown" 0, the unused 97, 121 beyond the ids)
+DIMENSION_OPCODES = [2, 63, 22, 43, 48, 93, 104, 111, 56, 98, 13, 70, 6, 76, 0, 97, 121]
 
 
 @st.composite
@@ -131,7 +135,15 @@ def node_rows(draw):
     row[101:105] = 0
     row[134:140] = 0
     conv = draw(st.booleans())
-    opcode = 26 if conv else draw(st.sampled_from(OTHER_OPCODES))
+    opcode = 26 if conv else draw(st.sampled_from(OTHER_OPCODES + DIMENSION_OPCODES))
+    dimensions = draw(st.sampled_from(["zeros", "zeros", "list", "list -1", "junk"]))
+    if dimensions != "junk":  # else the filler stays: values a rule must refuse as contradictions
+        row[31:37] = 0
+        if dimensions != "zeros":
+            given = draw(st.lists(st.integers(0, 5), min_size=0, max_size=6))
+            row[31 : 31 + len(given)] = given
+            if dimensions == "list -1":
+                row[31 + len(given) : 37] = -1
     kind = draw(st.sampled_from(["tuple", "scalar", "ranked", "ranked", "ranked"]))
     if kind == "tuple":
         row[18] = 1
@@ -167,18 +179,50 @@ def node_rows(draw):
     return row, opcode
 
 
-@SETTINGS
-@given(st.lists(node_rows(), max_size=25))
-def test_repad_equals_reference(nodes):
+@st.composite
+def repad_graphs(draw, rows=None, max_nodes=25):
+    """Nodes of ``rows`` (default ``node_rows()``), random edges [u, v] among them (repeats and any
+    order allowed) and the rows to re-pad: all (None) or a sorted subset, as pruning leaves them."""
+    nodes = draw(st.lists(node_rows() if rows is None else rows, max_size=max_nodes))
     feat = np.stack([r for r, _ in nodes]) if nodes else np.zeros((0, 140), np.float32)
     opcode = np.array([o for _, o in nodes], dtype=np.uint8)
+    n = len(nodes)
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2 * n)) if n else []
+    edges = np.array(pairs, np.int64).reshape(-1, 2)
+    subset = draw(st.one_of(st.none(), st.sets(st.integers(0, n - 1), max_size=n) if n else st.none()))
+    return feat, opcode, edges, None if subset is None else np.array(sorted(subset), np.int64)
+
+
+@SETTINGS
+@given(repad_graphs())
+def test_repad_equals_reference(graph):
+    feat, opcode, edges, rows = graph
     before = feat.copy()
-    ref_out, ref_anomalous = ref_repad(feat, opcode)
-    out, anomalous = repad_node_feat(feat, opcode)
+    ref_out, ref_anomalous, ref_undecided = ref_repad(feat, opcode, edges, rows)
+    out, anomalous, undecided = repad_node_feat(feat, opcode, edges, rows)
     np.testing.assert_array_equal(feat, before)
-    assert out.dtype == np.float32 and out.shape == feat.shape
+    assert out.dtype == np.float32 and out.shape == (len(feat) if rows is None else len(rows), 140)
     np.testing.assert_array_equal(out, ref_out)  # every column, -1s included
     np.testing.assert_array_equal(anomalous, ref_anomalous)
+    np.testing.assert_array_equal(undecided, ref_undecided)
+
+
+@SETTINGS
+@given(repad_graphs())
+def test_verify_repad_copy_equals_reference(graph):
+    """``tpuprep verify``'s own NumPy copy of the rule (verify/reference.py) against the same oracle."""
+    feat, opcode, edges, rows = graph
+    nodes = np.arange(len(feat)) if rows is None else rows
+    ref_out, ref_anomalous, ref_undecided = ref_repad(feat, opcode, edges, rows)
+    out, anomalous, undecided = repad_reference(feat, opcode, edges, nodes)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(anomalous, ref_anomalous)
+    np.testing.assert_array_equal(undecided, ref_undecided)
+    # rule 1 (shards of schema <= 3.2): cols 31-36 as given, nothing undecided
+    old, _, none = repad_reference(feat, opcode, edges, nodes, rule=1)
+    np.testing.assert_array_equal(old[:, 31:37], feat[nodes, 31:37])
+    np.testing.assert_array_equal(np.delete(old, np.s_[31:37], 1), np.delete(ref_out, np.s_[31:37], 1))
+    assert not none.any()
 
 
 # The rank rule (docs/spec.md §2.2) where it is easy to get wrong: r_dims = 1 + index of the LAST non-zero of
@@ -229,11 +273,13 @@ def test_repad_rank_rule_explicit_cases(case):
     s = max(r - 2, 0) if opcode == 26 else 0
     expected[95 + s : 99] = -1
     expected[101 + s : 105] = -1
+    expected[31:37] = -1  # an add or a convolution has no dimensions
     assert output_rank(row) == ref_output_rank(row) == r
-    out, anomalous = repad_node_feat(row[None], np.array([opcode], np.uint8))
+    no_edges = np.zeros((0, 2), np.int64)
+    out, anomalous, _ = repad_node_feat(row[None], np.array([opcode], np.uint8), no_edges)
     np.testing.assert_array_equal(out[0], expected)
     assert bool(anomalous[0]) is anomaly
-    ref_out, ref_anomalous = ref_repad(row[None], np.array([opcode]))
+    ref_out, ref_anomalous, _ = ref_repad(row[None], np.array([opcode]), no_edges)
     np.testing.assert_array_equal(ref_out[0], expected)
     assert bool(ref_anomalous[0]) is anomaly
 
@@ -264,21 +310,21 @@ def zero_dim_rows(draw):
     else:
         layout = draw(st.lists(st.integers(0, 5), min_size=0, max_size=r - 1))
     product = draw(st.sampled_from([None, None, 0, 1]))
-    opcode = draw(st.sampled_from([26, 26, *OTHER_OPCODES[:3]]))
+    opcode = draw(st.sampled_from([26, 26, *OTHER_OPCODES[:3], 70, 98]))  # 13, 70, 98: lengths from ranks
     return _shaped_row(dims, layout, opcode, product, spatial=opcode == 26)
 
 
 @SETTINGS
-@given(st.lists(zero_dim_rows(), min_size=1, max_size=12))
-def test_repad_zero_size_dims_equal_reference(nodes):
-    feat = np.stack([r for r, _ in nodes])
-    opcode = np.array([o for _, o in nodes], dtype=np.uint8)
+@given(repad_graphs(zero_dim_rows(), max_nodes=12))
+def test_repad_zero_size_dims_equal_reference(graph):
+    feat, opcode, edges, rows = graph
     for row in feat:
         assert output_rank(row) == ref_output_rank(row)
-    ref_out, ref_anomalous = ref_repad(feat, opcode)
-    out, anomalous = repad_node_feat(feat, opcode)
+    ref_out, ref_anomalous, ref_undecided = ref_repad(feat, opcode, edges, rows)
+    out, anomalous, undecided = repad_node_feat(feat, opcode, edges, rows)
     np.testing.assert_array_equal(out, ref_out)
     np.testing.assert_array_equal(anomalous, ref_anomalous)
+    np.testing.assert_array_equal(undecided, ref_undecided)
 
 
 # --------------------------------------------------------------------------------------------------

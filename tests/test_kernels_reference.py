@@ -226,35 +226,156 @@ def test_output_rank_by_hand(name):
     assert ref_output_rank(row) == rank
 
 
+NO_EDGES = np.zeros((0, 2), np.int64)
+
+
+def repad_impl(impl):
+    """The reference or the kernel, both returning (re-padded rows, anomaly mask, undecided mask)."""
+    return ref_repad if impl == "reference" else lambda *args: tuple(repad_node_feat(*args))
+
+
 @pytest.mark.parametrize("impl", ["reference", "kernel"])
 def test_repad_by_hand(impl):
     names = sorted(REPAD_CASES)
     feat = np.stack([REPAD_CASES[k][0] for k in names])
     opcode = np.array([REPAD_CASES[k][1] for k in names], dtype=np.uint8)
     before = feat.copy()
-    fn = ref_repad if impl == "reference" else repad_node_feat
-    out, anomalous = fn(feat, opcode)
+    out, anomalous, undecided = repad_impl(impl)(feat, opcode, NO_EDGES)
     np.testing.assert_array_equal(feat, before)  # the input is not modified
     assert out.dtype == np.float32 and out.shape == feat.shape
-    assert anomalous.dtype == np.bool_
+    assert anomalous.dtype == undecided.dtype == np.bool_
     for i, name in enumerate(names):
         _, _, _, anomaly, layout, spatial_in, spatial_kernel = REPAD_CASES[name]
         np.testing.assert_array_equal(out[i, 134:140], layout, err_msg=name)
         np.testing.assert_array_equal(out[i, 95:99], spatial_in, err_msg=name)
         np.testing.assert_array_equal(out[i, 101:105], spatial_kernel, err_msg=name)
+        np.testing.assert_array_equal(out[i, 31:37], [M1] * 6, err_msg=name)  # tuple, add, conv: no dimensions
         assert bool(anomalous[i]) == anomaly, name
+    assert not undecided.any()
     others = np.setdiff1d(np.arange(140), REPADDED_COLUMNS)
     np.testing.assert_array_equal(out[:, others], feat[:, others])
 
 
 def test_repadded_columns_constant():
-    expected = [*range(95, 99), *range(101, 105), *range(134, 140)]
+    expected = [*range(31, 37), *range(95, 99), *range(101, 105), *range(134, 140)]
     assert sorted(REPADDED_COLUMNS.tolist()) == expected
 
 
-def test_repad_empty_graph():
-    out, anomalous = repad_node_feat(np.zeros((0, 140), np.float32), np.zeros(0, np.uint8))
-    assert out.shape == (0, 140) and anomalous.shape == (0,)
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_repad_empty_graph(impl):
+    out, anomalous, undecided = repad_impl(impl)(np.zeros((0, 140), np.float32), np.zeros(0, np.uint8), NO_EDGES)
+    assert out.shape == (0, 140) and anomalous.shape == undecided.shape == (0,)
+
+
+# The HLO ``dimensions`` attribute (cols 31–36), by hand on one graph. Nodes in topological order;
+# operands by name. Opcode ids: TPUGRAPHS.md §6.
+def dims_row(dims=(), layout=None, dimensions=(), *, tuple_=False):
+    """A node_feat row with output ``dims`` (default descending layout) and ``dimensions`` in cols 31–36."""
+    if layout is None:
+        layout = tuple(range(len(dims) - 1, -1, -1))
+    row = make_row(dims, layout, tuple_=tuple_, product=1 if tuple_ else None)
+    row[31 : 31 + len(dimensions)] = dimensions
+    return row
+
+
+U = None  # undecided: cols 31–36 stay as given
+# name: (opcode, output dims, dimensions as the npz gives them, operands, expected cols 31–36 or U, anomaly)
+# fmt: off
+DIMENSION_GRAPH = {
+    "x": (63, (2, 3, 4), (), [], [M1] * 6, False),                       # parameter: none
+    "s": (24, (), (), [], [M1] * 6, False),                              # scalar constant: none
+    "red.p0": (63, (), (), [], [M1] * 6, False),                         # the reducer's computation
+    "red.p1": (63, (), (), [], [M1] * 6, False),
+    "red.add": (2, (), (), ["red.p0", "red.p1"], [M1] * 6, False),
+    "bcast.scalar": (13, (2, 3, 4), (), ["s"], [M1] * 6, False),         # a scalar's broadcast: 0 entries
+    "bcast.x": (13, (5, 2, 3, 4), (1, 2, 3), ["x"], [1, 2, 3, M1, M1, M1], False),  # rank of x: 3 entries
+    "bcast.axis0": (13, (2, 7), (0,), ["vec"], [0, M1, M1, M1, M1, M1], False),  # axis 0 is a value, kept
+    "vec": (63, (2,), (), [], [M1] * 6, False),
+    # reduce x (rank 3) to rank 1 over (0, 2); operands x, the init s and the reducer's root: 3 − 1 = 2
+    "reduce": (70, (3,), (0, 2), ["x", "s", "red.add"], [0, 2, M1, M1, M1, M1], False),
+    "reduce.all": (70, (), (0, 1, 2), ["x", "s", "red.add"], [0, 1, 2, M1, M1, M1], False),  # to a scalar
+    "reduce.none": (70, (2, 3, 4), (), ["x", "s", "red.add"], [M1] * 6, False),  # no dimension reduced
+    "transpose": (98, (4, 2, 3), (2, 0, 1), ["x"], [2, 0, 1, M1, M1, M1], False),  # its own rank
+    "map": (56, (2, 3, 4), (0, 1, 2), ["x", "x2"], [0, 1, 2, M1, M1, M1], False),
+    "x2": (63, (2, 3, 4), (), [], [M1] * 6, False),
+    "concat": (22, (4, 3, 4), (0,), ["x", "x2"], [0, M1, M1, M1, M1, M1], False),  # one entry, here 0
+    "iota": (48, (2, 8), (1,), [], [1, M1, M1, M1, M1, M1], False),
+    "sort": (93, (2, 3, 4), (2,), ["x"], [2, M1, M1, M1, M1, M1], False),
+    "sort.pair": (93, (), (0,), ["vec", "vec2"], [0, M1, M1, M1, M1, M1], False),  # a tuple: still one entry
+    "vec2": (63, (2,), (), [], [M1] * 6, False),
+    "get-dimension-size": (43, (), (1,), ["x"], [1, M1, M1, M1, M1, M1], False),
+    "set-dimension-size": (44, (2, 3, 4), (2,), ["x", "s"], [2, M1, M1, M1, M1, M1], False),
+    "all-gather": (104, (4, 3, 4), (0,), ["x"], [0, M1, M1, M1, M1, M1], False),
+    "all-gather-start": (112, (), (0,), ["x"], [0, M1, M1, M1, M1, M1], False),
+    "reduce-scatter": (111, (1, 3, 4), (0,), ["x", "red.add"], [0, M1, M1, M1, M1, M1], False),
+    "already -1": (13, (5, 2, 3, 4), (1, 2, 3, M1, M1, M1), ["x"], [1, 2, 3, M1, M1, M1], False),
+    # undecided: left as they are, counted
+    "reverse": (76, (2, 3, 4), (0, 2), ["x"], U, False),
+    "all-to-all": (6, (2, 3, 4), (1,), ["x"], U, False),
+    "reduce.variadic": (70, (), (1,), ["x", "x2", "s", "red.add"], U, False),  # a tuple result
+    "bcast.two-operands": (13, (2, 3, 4), (0,), ["x", "s"], U, False),
+    "bcast.no-operand": (13, (2, 3, 4), (0,), [], U, False),
+    "reduce.no-operand": (70, (3,), (0,), [], U, False),
+    "reduce.grows": (70, (2, 3, 4, 5), (), ["x", "s"], U, False),          # result rank 4 > 3
+    "unknown-opcode": (0, (2,), (0,), [], U, False),
+    "unused-id-97": (97, (2,), (0,), [], U, False),
+    "not-an-opcode": (121, (2,), (0,), [], U, False),
+    # contradictions: left as they are, counted as anomalies
+    "add with dimensions": (2, (2, 3, 4), (1,), ["x", "x2"], [1, 0, 0, 0, 0, 0], True),
+    "bcast.too-long": (13, (2, 7), (0, 0, 5), ["vec"], [0, 0, 5, 0, 0, 0], True),
+    "concat.-1 first": (22, (4, 3, 4), (M1,), ["x", "x2"], [M1, 0, 0, 0, 0, 0], True),
+    "transpose.half padded": (98, (4, 2, 3), (2, 0, M1, M1, M1, M1), ["x"], [2, 0, M1, M1, M1, M1], True),
+}
+# fmt: on
+
+
+def dimension_graph():
+    names = list(DIMENSION_GRAPH)
+    order = {name: i for i, name in enumerate(names)}
+    feat = np.stack([dims_row(dims, dimensions=given, tuple_=name in ("sort.pair", "reduce.variadic",
+                                                                         "all-gather-start"))
+                     for name, (_, dims, given, *_) in DIMENSION_GRAPH.items()])
+    opcode = np.array([DIMENSION_GRAPH[k][0] for k in names], np.uint8)
+    edges = np.array([[order[name], order[v]] for name in names for v in DIMENSION_GRAPH[name][3]], np.int64)
+    return names, feat, opcode, edges
+
+
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_dimensions_by_hand(impl):
+    names, feat, opcode, edges = dimension_graph()
+    out, anomalous, undecided = repad_impl(impl)(feat, opcode, edges)
+    for i, name in enumerate(names):
+        _, _, _, _, expected, anomaly = DIMENSION_GRAPH[name]
+        want = feat[i, 31:37] if expected is U else expected
+        np.testing.assert_array_equal(out[i, 31:37], want, err_msg=name)
+        assert bool(undecided[i]) == (expected is U), name
+        assert bool(anomalous[i]) == anomaly, name
+    assert undecided.sum() == 10 and anomalous.sum() == 4
+
+
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_dimensions_use_the_ranks_of_nodes_not_kept(impl):
+    """Pruning comes first: a kept broadcast or reduce whose operand was not kept still gets its length
+    from that operand's rank (the rows selected, in the order given)."""
+    names, feat, opcode, edges = dimension_graph()
+    picked = [names.index(n) for n in ("reduce", "bcast.x", "reverse")]  # x is not among them
+    out, anomalous, undecided = repad_impl(impl)(feat, opcode, edges, np.array(picked))
+    whole, *_ = repad_impl(impl)(feat, opcode, edges)
+    np.testing.assert_array_equal(out, whole[picked])
+    np.testing.assert_array_equal(out[0, 31:37], [0, 2, M1, M1, M1, M1])
+    np.testing.assert_array_equal(out[1, 31:37], [1, 2, 3, M1, M1, M1])
+    assert undecided.tolist() == [False, False, True] and not anomalous.any()
+
+
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_dimensions_count_each_operand_once(impl):
+    """edge_index may repeat a row: a broadcast with its one operand listed twice is still decided."""
+    names, feat, opcode, edges = dimension_graph()
+    i = names.index("bcast.x")
+    twice = np.concatenate([edges, edges[edges[:, 0] == i]])
+    out, _, undecided = repad_impl(impl)(feat, opcode, twice)
+    np.testing.assert_array_equal(out[i, 31:37], [1, 2, 3, M1, M1, M1])
+    assert not undecided[i]
 
 
 # --------------------------------------------------------------------------------------------------

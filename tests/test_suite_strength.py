@@ -93,10 +93,10 @@ def test_fuzz_examples_follow_the_environment(monkeypatch):
 # ---------------------------------------------------------------------------- (c) fuzz vs reference
 
 
-def _skip_last_layout_col(node_feat, node_opcode):
-    out, anomalous = ORIGINAL_REPAD(node_feat, node_opcode)
-    out[:, 139] = node_feat[:, 139]  # mutant: column 139 is never re-padded
-    return out, anomalous
+def _skip_last_layout_col(node_feat, node_opcode, edge_index, node_index):
+    got = ORIGINAL_REPAD(node_feat, node_opcode, edge_index, node_index)
+    got.node_feat[:, 139] = node_feat[node_index, 139]  # mutant: column 139 is never re-padded
+    return got
 
 
 ORIGINAL_REPAD = tpuprep.kernels.repad_node_feat

@@ -157,7 +157,8 @@ def _convert_one(inp: InputFile, opts: BuildOptions) -> tuple[dict, ConvertedGra
         "counts": {"configs": g.num_configs, "unique_configs": g.num_unique_configs,
                    "nodes_before": g.num_nodes_original, "nodes_after": len(g.node_index),
                    "edges_before": g.num_edges_original, "edges_after": len(g.edge_index),
-                   "bytes_in": record["bytes"], "anomalies": g.num_repad_anomalies},
+                   "bytes_in": record["bytes"], "anomalies": g.num_repad_anomalies,
+                   "dimensions_undecided": g.dimensions_undecided},
     }
     return record, g, stamp
 

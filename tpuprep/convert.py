@@ -40,6 +40,7 @@ class ConvertedGraph(ConfigCounts):
     node_opcode: np.ndarray  # (n',) uint8
     edge_index: np.ndarray  # (m', 2) int32
     num_repad_anomalies: int
+    dimensions_undecided: int  # kept nodes whose cols 31–36 length could not be told (docs/spec.md §2.2)
     config_inverse: np.ndarray  # (c,) int32
     config_runtime_original: np.ndarray | None  # (c,) int64, None on test
     group_size: np.ndarray  # (c_u,) int32
@@ -103,12 +104,14 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str, fh: BinaryIO |
             kept = kernels.prune_graph(g.edge_index, n, g.node_config_ids, opts.hops)
         else:
             kept = kernels.keep_all(g.edge_index, n, g.node_config_ids if g.node_config_ids is not None else np.empty(0, np.int64))
-        node_feat = g.node_feat[kept.node_index]
         node_opcode = g.node_opcode[kept.node_index]
-        anomalies = 0
-        if opts.repad:
-            node_feat, anomalous = kernels.repad_node_feat(node_feat, node_opcode)
-            anomalies = int(anomalous.sum())
+        anomalies = undecided = 0
+        if opts.repad:  # on the whole graph: a kept node's operands may be pruned
+            node_feat, anomalous, unknown = kernels.repad_node_feat(g.node_feat, g.node_opcode, g.edge_index,
+                                                                    kept.node_index)
+            anomalies, undecided = int(anomalous.sum()), int(unknown.sum())
+        else:
+            node_feat = g.node_feat[kept.node_index]
 
         c = g.num_configs
         runtime = g.config_runtime if labelled else None
@@ -140,7 +143,7 @@ def convert_file(inp: InputFile, opts: BuildOptions, sha256: str, fh: BinaryIO |
         inp=inp, sha256=sha256, fold=graph_fold(inp.graph_id, opts.folds),
         num_nodes_original=n, num_edges_original=m,
         node_index=kept.node_index, node_feat=node_feat, node_opcode=node_opcode,
-        edge_index=kept.edge_index, num_repad_anomalies=anomalies,
+        edge_index=kept.edge_index, num_repad_anomalies=anomalies, dimensions_undecided=undecided,
         config_inverse=result.inverse, config_runtime_original=runtime,
         group_size=result.group_size, first_index=result.first_index, config_runtime=result.runtime,
         warnings=tuple(g.warnings), **extra,

@@ -7,6 +7,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass
 
+REPAD_RULE = 2
+"""The re-padding rule (docs/spec.md §2.2) this tpuprep applies, recorded in the manifest's options as
+``repad_rule`` (null with ``--no-repad``): 1 re-pads cols 95–98, 101–104 and 134–139 (manifests of schema
+3.2 and before, which do not record it); 2 also cols 31–36, the HLO ``dimensions`` attribute (schema 3.3)."""
+
 
 @dataclass(frozen=True)
 class BuildOptions:
@@ -27,8 +32,14 @@ class BuildOptions:
     row_group_bytes: int = 128 << 20
     shard_bytes: int = 1 << 30
 
+    @property
+    def repad_rule(self) -> int | None:
+        """The re-padding rule a build with these options applies (``REPAD_RULE``), None without re-padding."""
+        return REPAD_RULE if self.repad else None
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The options as the manifest records them: every field, then ``repad_rule``."""
+        return asdict(self) | {"repad_rule": self.repad_rule}
 
     def fingerprint(self) -> str:
         """16 hex digits that change whenever any option does (the --resume key)."""

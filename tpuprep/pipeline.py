@@ -96,7 +96,7 @@ class Pipeline:
 
     def describe(self) -> str:
         """A few lines saying what this run will do."""
-        changed = {k: v for k, v in self.options.to_dict().items()
+        changed = {k: v for k, v in dataclasses.asdict(self.options).items()
                    if v != getattr(BuildOptions(), k)}
         if self.collection:
             selection = [f"collection   {self.collection} (every file of src)",

@@ -161,8 +161,8 @@ COL_CONV_KERNEL_SPATIAL = 101
 COL_LAYOUT = 134
 """node_feat columns 134..139: layout_minor_to_major of the output (0-padded, ambiguous)."""
 COLS_LAYOUT = slice(134, 140)
-_REPADDED = (*range(95, 99), *range(101, 105), *range(134, 140))
-# REPADDED_COLUMNS: (14,) int64 array, the node_feat columns whose zero padding tpuprep's re-padding
+_REPADDED = (*range(31, 37), *range(95, 99), *range(101, 105), *range(134, 140))
+# REPADDED_COLUMNS: (20,) int64 array, the node_feat columns whose zero padding tpuprep's re-padding
 # may turn into −1. Built on first use (module __getattr__ below), so that reading this vocabulary
 # (e.g. ``tpuprep info``) does not import NumPy.
 
@@ -171,6 +171,21 @@ OPCODE_DOT = 34
 OPCODE_RESHAPE = 75
 CONFIGURABLE_OPCODES = (OPCODE_CONVOLUTION, OPCODE_DOT, OPCODE_RESHAPE)
 """The only opcodes whose nodes carry layout configurations."""
+
+KNOWN_OPCODES = tuple(i for i in range(1, 121) if i not in (97, 101))
+"""Every opcode id the featurizer gives (1..120; 97 and 101 are unused, 0 is "unknown")."""
+OPCODE_BROADCAST = 13
+OPCODE_REDUCE = 70
+# The HLO ``dimensions`` attribute (node_feat cols 31–36): which opcodes carry how many entries,
+# from what XLA's instructions write into ``HloInstructionProto.dimensions`` (docs/spec.md §2.2).
+OPCODES_ONE_DIMENSION = (22, 43, 44, 48, 93, 104, 111, 112)
+"""Opcodes whose ``dimensions`` is one entry: concatenate, get-dimension-size, set-dimension-size,
+iota, sort, all-gather, reduce-scatter, all-gather-start."""
+OPCODES_RANK_DIMENSIONS = (56, 98)
+"""Opcodes whose ``dimensions`` has one entry per output dimension: map (always 0..r−1), transpose."""
+OPCODES_UNDECIDED_DIMENSIONS = (6, 76)
+"""Opcodes whose ``dimensions`` length the npz does not tell: all-to-all (a split dimension or none),
+reverse (any subset of the dimensions)."""
 
 
 def __getattr__(name: str) -> Any:

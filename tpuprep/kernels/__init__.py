@@ -4,7 +4,7 @@ from .base7 import ConfigValueError, decode_base7, encode_base7, pack_chunk
 from .dedup import Deduplicator, DedupResult, dedup_rows, float_keys
 from .planes import join_columns, join_planes, split_planes
 from .prune import PrunedGraph, keep_all, prune_graph, remap_node_splits
-from .repad import repad_node_feat
+from .repad import Repadded, repad_node_feat
 from .tied import LayoutCollector, LayoutDedupResult, TiedCodes, keep_spare_store
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "LayoutCollector",
     "LayoutDedupResult",
     "PrunedGraph",
+    "Repadded",
     "TiedCodes",
     "decode_base7",
     "dedup_rows",
@@ -38,7 +39,7 @@ def warm() -> None:
 
     edges = np.array([[1, 0], [2, 1]], np.int64)
     prune_graph(edges, 3, np.array([1], np.int64), 1)
-    repad_node_feat(np.zeros((2, 140), np.float32), np.array([26, 0], np.uint8))
+    repad_node_feat(np.zeros((2, 140), np.float32), np.array([26, 0], np.uint8), edges[:1])
     codes = pack_chunk(np.full((2, 1, 18), -1, np.float32))
     # chunks streamed from a member are read-only views of the inflated bytes (a type of their own)
     pack_chunk(np.frombuffer(np.full(18, -1, np.float32).tobytes(), np.float32).reshape(1, 1, 18))

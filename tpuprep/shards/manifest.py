@@ -31,7 +31,23 @@ from .layout import MANIFEST, SHARD_NAME
 from .schema import SCHEMA_VERSION, TABLES, manifest_schema
 
 COUNT_FIELDS = ("graphs", "configs", "unique_configs", "nodes_before", "nodes_after",
-                "edges_before", "edges_after", "bytes_in", "bytes_out", "anomalies")
+                "edges_before", "edges_after", "bytes_in", "bytes_out", "anomalies", "dimensions_undecided")
+ADDED_IN = {"dimensions_undecided": (3, 3), "repad_rule": (3, 3)}
+"""Manifest keys (counts, options) newer than schema 3.0, with the version that added them: a manifest
+of an older 3.x version is read without them."""
+VERSION = tuple(int(part) for part in SCHEMA_VERSION.split("."))
+"""``SCHEMA_VERSION`` as (major, minor)."""
+
+
+def keys_of(keys: Sequence[str], version: tuple[int, int]) -> tuple[str, ...]:
+    """The ``keys`` a manifest of schema ``version`` (major, minor) holds (``ADDED_IN``)."""
+    return tuple(k for k in keys if ADDED_IN.get(k, (0, 0)) <= version)
+
+
+def manifest_version(manifest: dict) -> tuple[int, int]:
+    """(major, minor) of a checked manifest's ``schema_version``."""
+    major, minor = manifest["schema_version"].split(".")
+    return int(major), int(minor)
 
 
 def library_versions() -> dict[str, str]:
@@ -185,8 +201,9 @@ def _kind(value: Any) -> str:
     return f"the string {value!r}" if isinstance(value, str) else f"{value!r}"
 
 
-def check_version(m: Any, where: _Where) -> None:
-    """A manifest object of a format and major schema version this tpuprep reads, else BadShards."""
+def check_version(m: Any, where: _Where) -> tuple[int, int]:
+    """(major, minor) of a manifest object of a format and major schema version this tpuprep reads,
+    else BadShards."""
     where.mapping(m, "")
     if "format" not in m:
         raise where.fail("", f"has no 'format' key: not a tpuprep shard manifest (expected {FORMAT!r})")
@@ -202,14 +219,16 @@ def check_version(m: Any, where: _Where) -> None:
                else "a newer tpuprep wrote these shards, or the manifest is damaged")
         raise where.fail("schema_version", f"unknown schema version {version!r}: this tpuprep reads "
                          f"schema {major}.x ({why})")
+    return int(match.group(1)), int(match.group(2))
 
 
-def check_options(options: Any, where: _Where) -> BuildOptions:
-    """The recorded build options as a ``BuildOptions``, or BadShards: exactly its fields, each of the
-    right type and in the range the CLI accepts."""
+def check_options(options: Any, where: _Where, version: tuple[int, int] = VERSION) -> BuildOptions:
+    """The recorded build options as a ``BuildOptions``, or BadShards: exactly its fields (plus
+    ``repad_rule`` from schema 3.3 on: an integer ≥ 1 with re-padding, null without), each of the right
+    type and in the range the CLI accepts."""
     names = [f.name for f in fields(BuildOptions)]
-    where.mapping(options, "options", names)
-    extra = sorted(set(options) - set(names))
+    where.mapping(options, "options", [*names, *keys_of(("repad_rule",), version)])
+    extra = sorted(set(options) - {*names, "repad_rule"})
     if extra:
         raise where.fail("options", f"unknown option {extra[0]!r}")
     for name in ("prune", "repad", "dedup"):
@@ -220,10 +239,20 @@ def check_options(options: Any, where: _Where) -> BuildOptions:
                    "options", 1)
     if options["compression_level"] > 22:
         raise where.fail("options.compression_level", f"{options['compression_level']} is above zstd's 22")
-    return BuildOptions(**options)
+    rule = options.get("repad_rule", 1)
+    if not ((type(rule) is int and rule >= 1) or (rule is None and not options["repad"])):
+        raise where.fail("options.repad_rule", f"is {_kind(rule)}, expected the re-padding rule: an integer >= 1 "
+                         "(or null with repad false)")
+    return BuildOptions(**{k: options[k] for k in names})
 
 
-def _check_collections(collections: Any, where: _Where) -> None:
+def repad_rule(options: dict) -> int | None:
+    """The re-padding rule (``options.REPAD_RULE``) a checked manifest's ``options`` say the build
+    applied: None without re-padding; recorded since schema 3.3, rule 1 before."""
+    return options.get("repad_rule", 1) if options["repad"] else None
+
+
+def _check_collections(collections: Any, where: _Where, version: tuple[int, int]) -> None:
     where.mapping(collections, "collections")
     for cid, coll in collections.items():
         at = f"collections[{cid!r}]"
@@ -238,7 +267,8 @@ def _check_collections(collections: Any, where: _Where) -> None:
             address = f"{at}.splits.{split}" if split else f"{at}.totals"
             if split and split not in SPLITS:
                 raise where.fail(f"{at}.splits", f"unknown split {split!r}")
-            where.integers(where.mapping(counts, address, COUNT_FIELDS), COUNT_FIELDS, address)
+            required = keys_of(COUNT_FIELDS, version)
+            where.integers(where.mapping(counts, address, required), required, address)
         stats = coll["node_feat_stats"]
         if stats is not None:
             where.mapping(stats, f"{at}.node_feat_stats", ("count", "mean", "std"))
@@ -254,7 +284,7 @@ _SHARD_KEYS = ("path", "table", "collection", "split", "rows", "row_groups", "by
                "first_graph", "last_graph")
 
 
-def _check_input(i: int, entry: Any, where: _Where) -> tuple[str, str] | None:
+def _check_input(i: int, entry: Any, where: _Where, version: tuple[int, int]) -> tuple[str, str] | None:
     """(graph id, split) of a converted input entry, None for a quarantined one (BadShards if unsound)."""
     at = f"inputs[{i}]"
     where.mapping(entry, at, _INPUT_KEYS)
@@ -275,8 +305,8 @@ def _check_input(i: int, entry: Any, where: _Where) -> tuple[str, str] | None:
     if split not in SPLITS or path != f"{collection.replace(':', '/')}/{split}/{stem}.npz":
         raise where.fail(f"{at}.path", f"{path!r} is not <collection>/<split>/<stem>.npz of graph "
                          f"{entry['graph_id']!r}")
-    counts = where.mapping(entry["counts"], f"{at}.counts", INPUT_COUNT_FIELDS)
-    where.integers(counts, INPUT_COUNT_FIELDS, f"{at}.counts")
+    required = keys_of(INPUT_COUNT_FIELDS, version)
+    where.integers(where.mapping(entry["counts"], f"{at}.counts", required), required, f"{at}.counts")
     return entry["graph_id"], split
 
 
@@ -314,13 +344,13 @@ def check_manifest(m: Any, path: Path) -> dict:
     file, address, problem). ``validate_schema`` is the full JSON Schema check (``tpuprep verify``).
     """
     where = _Where(path)
-    check_version(m, where)
+    version = check_version(m, where)
     where.mapping(m, "", ("versions", "options", "collections", "inputs", "shards", "quarantine"))
-    check_options(m["options"], where)
-    _check_collections(m["collections"], where)
+    check_options(m["options"], where, version)
+    _check_collections(m["collections"], where, version)
     graphs: dict[str, tuple[str, int]] = {}
     for i, entry in enumerate(where.array(m["inputs"], "inputs")):
-        found = _check_input(i, entry, where)
+        found = _check_input(i, entry, where, version)
         if found is None:
             continue
         gid, split = found

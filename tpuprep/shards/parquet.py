@@ -178,14 +178,27 @@ def shard_table(pf: pq.ParquetFile) -> str:
     return meta.get(b"table", b"").decode(errors="replace")
 
 
+def shard_version(pf: pq.ParquetFile) -> tuple[int, int]:
+    """(major, minor) of the ``schema_version`` in a shard's key-value metadata ((0, 0) when absent or
+    not MAJOR.MINOR)."""
+    text = (pf.schema_arrow.metadata or {}).get(b"schema_version", b"").decode(errors="replace")
+    major, _, minor = text.partition(".")
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else (0, 0)
+
+
 def check_shard_schema(pf: pq.ParquetFile, path: Path, table: str) -> None:
     """``BadShards`` unless the shard holds ``table`` with every column of its schema file, of the
-    same type and nullability (a newer minor version may add columns)."""
+    same type and nullability (a newer minor version may add columns; a column whose schema entry says
+    ``since`` a version newer than the shard's may be absent)."""
     if shard_table(pf) != table:
         raise BadShards(f"{path}: holds table {shard_table(pf)!r}, the manifest says {table!r}")
     have = pf.schema_arrow
-    for want in table_schema(table).arrow:
+    schema = table_schema(table)
+    version = shard_version(pf)
+    for want in schema.arrow:
         i = have.get_field_index(want.name)
+        if i < 0 and schema.since(want.name) > version:
+            continue
         if i < 0 or have.field(i).type != want.type or have.field(i).nullable != want.nullable:
             found = f"{have.field(i).type}{'' if have.field(i).nullable else ' not null'}" if i >= 0 else "missing"
             raise BadShards(f"{path}: column {want.name} is {found}, the {table} schema says {want.type}"

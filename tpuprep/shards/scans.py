@@ -66,16 +66,21 @@ class Scans:
         """Per split of ``collection``, its counts recounted from the shards themselves (not taken from
         the manifest), under the manifest's ``COUNT_FIELDS`` keys: ``graphs``, ``configs``,
         ``unique_configs``, ``nodes_before``/``nodes_after``, ``edges_before``/``edges_after``,
-        ``bytes_in`` (npz bytes), ``anomalies`` (sums of the ``graphs`` rows' scalars, int) and
-        ``bytes_out`` (the bytes of the split's shard files on disk). One ``scan`` aggregated per split:
-        polars reads only those eight int columns of the ``graphs`` shards, never the features."""
+        ``bytes_in`` (npz bytes), ``anomalies``, ``dimensions_undecided`` (sums of the ``graphs`` rows'
+        scalars, int; the last one only when the shards have it, schema >= 3.3) and ``bytes_out`` (the
+        bytes of the split's shard files on disk). One ``scan`` aggregated per split: polars reads only
+        those int columns of the ``graphs`` shards, never the features."""
         import polars as pl
 
         sums = {"configs": "num_configs", "unique_configs": "num_unique_configs",
                 "nodes_before": "num_nodes_original", "nodes_after": "num_nodes",
                 "edges_before": "num_edges_original", "edges_after": "num_edges",
-                "bytes_in": "source_bytes", "anomalies": "num_repad_anomalies"}
-        frame = (self.scan("graphs", collection)
+                "bytes_in": "source_bytes", "anomalies": "num_repad_anomalies",
+                "dimensions_undecided": "dimensions_undecided"}
+        scan = self.scan("graphs", collection)
+        held = set(scan.collect_schema().names())
+        sums = {k: c for k, c in sums.items() if c in held}
+        frame = (scan
                  .group_by("split")
                  .agg(pl.len().alias("graphs"), *(pl.col(c).cast(pl.Int64).sum().alias(k) for k, c in sums.items()))
                  .collect())
@@ -85,6 +90,7 @@ class Scans:
             row = rows.get(split, {"graphs": 0} | dict.fromkeys(sums, 0))
             on_disk = sum(self.shard_size(i) for i, e in enumerate(self.manifest["shards"])
                           if e["collection"] == collection and e["split"] == split)
-            out[split] = {k: on_disk if k == "bytes_out" else int(row[k]) for k in COUNT_FIELDS}
+            out[split] = {k: on_disk if k == "bytes_out" else int(row[k]) for k in COUNT_FIELDS
+                          if k in sums or k in ("graphs", "bytes_out")}
         return out
 

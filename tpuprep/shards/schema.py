@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pyarrow is imported where it is used: reading the manifest does not need it
     import pyarrow as pa
 
-SCHEMA_VERSION = "3.2"
+SCHEMA_VERSION = "3.3"
 TABLES = ("layout_graphs", "layout_configs", "tile_graphs", "tile_configs")
 
 _PRIMITIVE_NAMES = ("string", "binary", "bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -88,6 +88,15 @@ class TableSchema:
         for c in self.columns:
             if c["name"] == column:
                 return column_compression(c)
+        raise KeyError(f"table {self.name} has no column {column!r}")
+
+    def since(self, column: str) -> tuple[int, int]:
+        """(major, minor) of the schema version that added ``column`` (its entry's ``since``; (0, 0) for
+        the columns of the first version): shards of an older version do not have it."""
+        for c in self.columns:
+            if c["name"] == column:
+                major, minor = c.get("since", "0.0").split(".")
+                return int(major), int(minor)
         raise KeyError(f"table {self.name} has no column {column!r}")
 
     def parquet_options(self, compression_level: int) -> dict[str, Any]:

@@ -143,6 +143,7 @@ def graph_table(g: ConvertedGraph) -> pa.Table:
         "num_edges_original": g.num_edges_original, "num_nodes": len(g.node_index),
         "num_edges": len(g.edge_index), "num_configs": g.num_configs,
         "num_unique_configs": g.num_unique_configs, "num_repad_anomalies": g.num_repad_anomalies,
+        "dimensions_undecided": g.dimensions_undecided,
     }
     scalars["num_duplicate_groups"], scalars["num_noisy_groups"] = quality_counts(g)
     arrays = {

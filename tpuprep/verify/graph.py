@@ -16,6 +16,8 @@ from ..inputcheck import MemberReader, zip_entries
 from ..inputs import InputFile
 from ..io.npz import NpzFile
 from ..limits import check_input_limits
+from ..options import REPAD_RULE
+from ..shards.manifest import keys_of, manifest_version, repad_rule
 from ..shards.reader import Dataset, GraphRecord
 from ..tpugraphs import graph_fold
 from .layout import layout_pass
@@ -160,18 +162,22 @@ def _check_input(ds: Dataset, r: InputReader, g: GraphRecord, options: dict, pro
     ids = f.read("node_config_ids").astype(np.int64) if layout else None
     runtime = f.read("config_runtime").astype(np.int64)
     nodes, edge_mask = expected_structure(edges, n, ids, options)
-    kept = feat[nodes]
-    if options["repad"]:
-        kept, anomalous = repad_reference(kept, opcode[nodes])
+    rule = repad_rule(options)
+    if rule is not None:
+        kept, anomalous, undecided = repad_reference(feat, opcode, edges, nodes, rule)
     else:
-        anomalous = np.zeros(len(nodes), bool)
+        kept, anomalous, undecided = feat[nodes], np.zeros(len(nodes), bool), np.zeros(len(nodes), bool)
     facts = InputFacts(n, len(edges), len(runtime), len(nodes), int(edge_mask.sum()), int(anomalous.sum()),
-                       len(ids) if layout else None)
+                       int(undecided.sum()), len(ids) if layout else None)
     if not _check(np.array_equal(g.node_index, nodes), problems, gid, "kept node set differs from the pruning rule"):
         return facts
-    rule = "re-padded by the docs/spec.md §2.2 rule" if options["repad"] else "unchanged (options say --no-repad)"
-    _check(g.node_feat.shape == kept.shape and np.array_equal(g.node_feat, kept), problems, gid,
-           f"node_feat differs from the input's kept rows {rule}")
+    if rule is not None and rule > REPAD_RULE:
+        problems.append(f"{gid}: node_feat was re-padded by the rule {rule} (options.repad_rule), which this "
+                        f"tpuprep does not know (its rule is {REPAD_RULE}): not verified")
+    else:
+        rule = f"re-padded by the docs/spec.md §2.2 rule {rule}" if rule else "unchanged (options say --no-repad)"
+        _check(g.node_feat.shape == kept.shape and np.array_equal(g.node_feat, kept), problems, gid,
+               f"node_feat differs from the input's kept rows {rule}")
     _check(np.array_equal(g.node_opcode, opcode[g.node_index]), problems, gid, "node_opcode differs")
     _check(g.edge_index.max(initial=-1) < len(g.node_index) and g.edge_index.min(initial=0) >= 0
            and np.array_equal(g.node_index[g.edge_index].reshape(-1, 2), edges[edge_mask]),
@@ -223,6 +229,8 @@ def check_graph_row(ds: Dataset, inp: InputFile, entry: dict, sha: str, facts: I
             "num_nodes_original": facts.nodes_before, "num_edges_original": facts.edges_before,
             "num_nodes": facts.nodes_after, "num_edges": facts.edges_after, "num_configs": facts.configs,
             "num_repad_anomalies": facts.anomalies}
+    if keys_of(("dimensions_undecided",), manifest_version(ds.manifest)):  # schema >= 3.3
+        want["dimensions_undecided"] = facts.undecided
     if facts.config_nodes is not None:
         want["num_config_nodes"] = facts.config_nodes
     for name, value in want.items():
@@ -231,6 +239,8 @@ def check_graph_row(ds: Dataset, inp: InputFile, entry: dict, sha: str, facts: I
     counts = {"configs": facts.configs, "unique_configs": unique, "nodes_before": facts.nodes_before,
               "nodes_after": facts.nodes_after, "edges_before": facts.edges_before,
               "edges_after": facts.edges_after, "bytes_in": inp.size, "anomalies": facts.anomalies}
+    if "dimensions_undecided" in want:
+        counts["dimensions_undecided"] = facts.undecided
     for name, value in counts.items():
         if entry["counts"].get(name) != value:
             problems.append(f"{inp.relpath}: manifest counts.{name} is {entry['counts'].get(name)!r}, expected {value!r}")

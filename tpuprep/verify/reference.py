@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import tpugraphs as tg
+from ..options import REPAD_RULE
 from ..tpugraphs import FEATURE_STATS_COLUMNS, LAYOUT_SLOTS, OPCODE_CONVOLUTION
 
 
@@ -17,7 +19,8 @@ class InputFacts:
     """What an input file and the build options say a graph's shards must hold (recomputed here).
 
     Counts of the input (``*_before``, ``configs``) and of the kept graph (``*_after``), re-padding
-    anomalies among the kept nodes (0 with ``--no-repad``), configurable nodes (None for tile).
+    anomalies and nodes whose ``dimensions`` length is undecided among the kept nodes (0 with
+    ``--no-repad``), configurable nodes (None for tile).
     """
 
     nodes_before: int
@@ -26,6 +29,7 @@ class InputFacts:
     nodes_after: int
     edges_after: int
     anomalies: int
+    undecided: int
     config_nodes: int | None
 
 
@@ -59,20 +63,49 @@ def expected_structure(edge_index, n, config_ids, options) -> tuple[np.ndarray, 
     return np.flatnonzero(keep_node), keep_edge
 
 
-def repad_reference(feat: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """docs/spec.md §2.2 in plain NumPy: the re-padded copy (n, 140) float32 of ``feat`` (n, 140) float32 and the
-    anomaly mask (n,) bool (first r layout entries not a permutation of 0..r−1); ``opcode`` (n,)."""
+def dimensions_lengths(opcode: np.ndarray, r: np.ndarray, is_tuple: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """docs/spec.md §2.2's length L of every node's ``dimensions`` (cols 31–36), −1 where it cannot be
+    told: ``opcode`` (n,), output ranks ``r`` (n,) int64, ``is_tuple`` (n,) bool, the whole graph's
+    ``edges`` (m, 2) int64 [user, operand]."""
+    n = len(r)
+    op = np.asarray(opcode).astype(np.int64)
+    pairs = np.unique(edges.reshape(-1, 2), axis=0)  # distinct (user, operand)
+    distinct = np.bincount(pairs[:, 0], minlength=n)
+    largest = np.full(n, -1, np.int64)
+    np.maximum.at(largest, pairs[:, 0], r[pairs[:, 1]])
+    single = np.zeros(n, np.int64)
+    single[pairs[:, 0]] = r[pairs[:, 1]]  # the operand's rank where there is exactly one
+    length = np.where(np.isin(op, tg.KNOWN_OPCODES), 0, -1)
+    length[np.isin(op, tg.OPCODES_ONE_DIMENSION)] = 1
+    length = np.where(np.isin(op, tg.OPCODES_RANK_DIMENSIONS), r, length)
+    broadcast = op == tg.OPCODE_BROADCAST
+    length[broadcast] = np.where(distinct[broadcast] == 1, single[broadcast], -1)
+    reduce = op == tg.OPCODE_REDUCE
+    length[reduce] = np.where(~is_tuple[reduce] & (largest[reduce] >= r[reduce]), largest[reduce] - r[reduce], -1)
+    length[np.isin(op, tg.OPCODES_UNDECIDED_DIMENSIONS)] = -1
+    return np.minimum(length, 6)
+
+
+def repad_reference(feat: np.ndarray, opcode: np.ndarray, edges: np.ndarray, nodes: np.ndarray,
+                    rule: int = REPAD_RULE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """docs/spec.md §2.2 in plain NumPy on the rows ``nodes`` (n',) of a whole graph's ``feat`` (n, 140)
+    float32, ``opcode`` (n,) and ``edges`` (m, 2) int64: (the re-padded rows (n', 140) float32, the
+    anomaly mask (n',) bool: first r layout entries not a permutation of 0..r−1, or ``dimensions``
+    contradicting their length; the undecided mask (n',) bool: that length cannot be told). ``rule`` 1
+    is the rule of manifests before ``repad_rule`` was recorded: cols 31–36 untouched, none undecided."""
     dims = feat[:, 21:27] != 0
     r_dims = np.where(dims.any(1), 6 - np.argmax(dims[:, ::-1], axis=1), 0)
-    layout = feat[:, 134:140]
-    r_perm = np.trunc(np.clip(layout.max(1), -1.0, 5.0)).astype(np.int64) + 1
+    r_perm = np.trunc(np.clip(feat[:, 134:140].max(1), -1.0, 5.0)).astype(np.int64) + 1
     r = np.maximum(r_dims, r_perm)
     r[(r_dims == 0) & (feat[:, 28] == 1.0)] = 0
     r[feat[:, 18] == 1.0] = 0
+    length = dimensions_lengths(opcode, r, feat[:, 18] == 1.0, np.asarray(edges, np.int64))[nodes]
+    feat, r, opcode = feat[nodes], r[nodes], np.asarray(opcode)[nodes]
+    layout = feat[:, 134:140]
     out = feat.copy()
     slot = np.arange(6)
     out[:, 134:140][slot[None, :] >= r[:, None]] = -1.0
-    spatial = np.where(np.asarray(opcode) == OPCODE_CONVOLUTION, np.minimum(np.maximum(r - 2, 0), 4), 0)
+    spatial = np.where(opcode == OPCODE_CONVOLUTION, np.minimum(np.maximum(r - 2, 0), 4), 0)
     pad = np.arange(4)[None, :] >= spatial[:, None]
     out[:, 95:99][pad] = -1.0
     out[:, 101:105][pad] = -1.0
@@ -81,7 +114,13 @@ def repad_reference(feat: np.ndarray, opcode: np.ndarray) -> tuple[np.ndarray, n
     value = np.where(head & fine, layout, -1).astype(np.int64)
     repeated = np.stack([(value == k).sum(1) for k in range(6)], axis=1) > 1
     anomalous = (head & ~fine).any(1) | repeated.any(1)
-    return out, anomalous
+    if rule < 2:
+        return out, anomalous, np.zeros(len(r), bool)
+    given = feat[:, 31:37]
+    kept = slot[None, :] < length[:, None]
+    contradicted = (length >= 0) & ((kept & (given < 0)) | (~kept & (given != 0) & (given != -1))).any(1)
+    out[:, 31:37][(length[:, None] >= 0) & ~contradicted[:, None] & ~kept] = -1.0
+    return out, anomalous | contradicted, length < 0
 
 
 def feature_moments(node_feat: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from ..errors import BadShards
 from ..io.files import sha256_stream
 from ..shards.layout import MANIFEST
-from ..shards.manifest import COUNT_FIELDS
+from ..shards.manifest import COUNT_FIELDS, keys_of, manifest_version
 from ..shards.parquet import check_shard_schema, read_row_group, read_row_groups
 from ..shards.reader import Dataset
 from ..shards.schema import COMPRESSIONS, table_schema
@@ -54,7 +54,7 @@ def check_totals(manifest: dict, problems: list[str]) -> None:
             if got is None or want is None:
                 problems.append(f"{MANIFEST}: {where} is {'missing' if got is None else 'listed without converted inputs'}")
                 continue
-            for k in COUNT_FIELDS:
+            for k in keys_of(COUNT_FIELDS, manifest_version(manifest)):
                 if got.get(k) != want[k]:
                     problems.append(f"{MANIFEST}: {where}.{k} is {got.get(k)!r}, the inputs and shards sum to {want[k]}")
 
