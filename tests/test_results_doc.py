@@ -49,6 +49,15 @@ def command_target(command: str) -> tuple[Path, list[str]]:
     return target, [w.split("=", 1)[0] for w in rest if w.startswith("--")]
 
 
+def with_siblings(target: Path) -> str:
+    """The source of ``target`` and of the modules beside it that it imports (``from train_torch_gnn import
+    parse_args``: a script may take its options from a sibling), where options are looked for."""
+    source = target.read_text()
+    siblings = re.findall(r"^from (\w+) import", source, re.M)
+    return "\n".join([source, *((target.parent / f"{m}.py").read_text() for m in siblings
+                                 if (target.parent / f"{m}.py").is_file())])
+
+
 def test_results_opens_with_the_current_figures_table():
     lines = RESULTS.read_text().splitlines()
     assert lines[0] == "# Benchmark results"
@@ -89,7 +98,7 @@ def test_every_command_in_the_table_names_an_existing_benchmark():
             if row["current"] == "pending":
                 continue
             assert target.is_file(), f"{row['metric']}: {command!r} runs {target.relative_to(REPO)}, which does not exist"
-            source = target.read_text()
+            source = with_siblings(target)
             assert target.name == "__main__.py" or '__name__ == "__main__"' in source, f"{command!r} is not runnable"
             for option in options:
                 assert f'"{option}"' in source, f"{command!r}: {target.name} has no option {option}"
@@ -113,7 +122,7 @@ def check_command(command: str) -> str | None:
     target, options = command_target(command)
     if not target.is_file():
         return f"{command!r} runs {target.relative_to(REPO)}, which does not exist"
-    source = target.read_text()
+    source = with_siblings(target)
     if target.name != "__main__.py" and '__name__ == "__main__"' not in source:
         return f"{command!r} is not runnable"
     unknown = [o for o in options if f'"{o}"' not in source]
@@ -148,6 +157,9 @@ def test_quoted_commands_are_found_and_checked():
     assert problems[0] is None and problems[1] is None and problems[3] is None
     assert "breakdown.py, which does not exist" in problems[2]
     assert "has no option --nope" in check_command("python -m benchmarks.reading S --nope 3")
+    # an example that takes its flags from the module beside it (train_pyg.py from train_torch_gnn.py)
+    assert check_command("python docs/examples/train_pyg.py --shards S --time-budget 1") is None
+    assert "has no option --nope" in check_command("python docs/examples/train_pyg.py --nope 1")
 
 
 def test_command_parser_catches_what_it_must():
