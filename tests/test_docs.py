@@ -101,9 +101,9 @@ def test_every_example_is_run_by_a_test():
 
 
 def test_docs_links_resolve():
-    for page in DOCS.glob("*.md"):
-        for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
-            assert (DOCS / target).exists(), f"{page.name} links to {target}, which does not exist"
+    for page in [*DOCS.glob("*.md"), REPO / "README.md", REPO / "CONTRIBUTING.md"]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
 
 
 def test_export_md_lists_the_exported_keys():
