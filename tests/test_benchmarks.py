@@ -140,30 +140,6 @@ def test_scale_rehearsal_runs_every_step_on_a_fraction_of_tiny(tmp_path):
     assert (work / "model.npz").is_file()
 
 
-def test_build_breakdown_profiles_the_steady_state(synth_root, tmp_path):
-    """benchmarks.breakdown: the profiled build's buckets account for its CPU time, start-up apart."""
-    import sys
-
-    sys.path.insert(0, str(REPO))
-    from benchmarks.breakdown import OTHER, bucket_of, choose, profile_build
-
-    out = tmp_path / "p.json"
-    profile_build(str(synth_root / "npz"), str(tmp_path / "shards"), str(out))
-    res = json.loads(out.read_text())
-    buckets = res["buckets_s"]
-    assert 0.5 * res["cpu_s"] <= sum(buckets.values()) <= 1.05 * res["cpu_s"]
-    assert buckets["inflate"] > 0 and buckets["Parquet + zstd write"] > 0
-    assert res["startup_cpu_s"] > 0 and res["phases"]["process_batch (cumulative)"] > 0
-    assert bucket_of(("~", 0, "<method 'decompress' of 'isal_zlib.Decompress' objects>")) == "inflate"
-    assert bucket_of(("~", 0, "<method 'decompress' of 'igzip_lib.IgzipDecompressor' objects>")) == "inflate"
-    assert bucket_of(("/x/tpuprep/kernels/dedup.py", 1, "_add_rows")) == "dedup + tie-column store (Numba)"
-    assert bucket_of(("/x/tpuprep/kernels/tied.py", 1, "_add_configs")) == "dedup + tie-column store (Numba)"
-    assert bucket_of(("/x/tpuprep/kernels/tied.py", 1, "_pack_rows")).startswith("value check + base-7 pack")
-    assert bucket_of(("/x/tpuprep/build.py", 1, "plan_batches")) == OTHER
-    sets = choose(synth_root / "npz", 2)
-    assert [len(v) for v in sets.values()] == [1, 1, 2]
-
-
 def test_sampling_benchmark_runs_and_both_paths_agree(synth_shards, tmp_path):
     """benchmarks.sampling: one epoch through ConfigBatches, through load_graph and through the schema-1
     path (configs rewritten as before issue #14), the same configs and runtimes (``identical``)."""
@@ -199,105 +175,6 @@ def test_sampled_read_benchmark_keeps_the_schema1_path_and_every_reader_agrees(s
     for key in ("schema1_load_decode_s", "old_load_graph_decode_s", "sample_configs_s", "pyarrow_s", "polars_s",
                 "duckdb_s", "speedup_vs_schema1", "sample_configs_pyarrow_s", "direct_pages_vs_pyarrow"):
         assert res[key] > 0, key
-
-
-def test_tau_streams_benchmark_trains_both_streams_for_the_same_steps(tmp_path):
-    """benchmarks.tau_streams: the pre-#14 trainer's stream (replayed through today's trainer) and
-    ConfigBatches' train the same number of steps per seed, each scored on the valid split."""
-    out = tmp_path / "s.json"
-    proc = run_module("benchmarks.tau_streams", "--work", str(tmp_path / "w"), "--profile", "tiny",
-                      "--epochs", "2", "--seeds", "0,1", "--jobs", "1", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
-    assert sorted((r["stream"], r["seed"]) for r in res["runs"]) == [
-        ("configbatches", 0), ("configbatches", 1), ("legacy", 0), ("legacy", 1)]
-    assert len({r["steps"] for r in res["runs"]}) == 1 and res["runs"][0]["steps"] > 0
-    assert all(-1 <= r["tau"] <= 1 for r in res["runs"])
-
-
-def test_block_layout_benchmark_checks_every_block_read_against_load_graph(synth_shards):
-    """benchmarks.block_layout: the permuted layout is written, and the pyarrow, polars and DuckDB block
-    reads each return k distinct configs equal to load_graph's (the benchmark asserts it) before timing."""
-    proc = run_module("benchmarks.block_layout", str(synth_shards), "--repeat", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout)
-    assert res["bytes_today_order"] > 0 and res["bytes_permuted"] > 0 and res["k"] >= 1
-    for key in ("sample_configs_s", "block_pyarrow_s", "block_polars_s", "block_duckdb_s"):
-        assert 0 < res[key] < 60, key
-
-
-def test_read_alternatives_benchmark_checks_what_each_read_returns(synth_shards):
-    """benchmarks.read_alternatives: every pyarrow and polars path returns the rows it should (the benchmark
-    asserts it) before it is timed."""
-    proc = run_module("benchmarks.read_alternatives", str(synth_shards), "--repeat", "2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout)
-    for key in ("pyarrow_file_s", "pyarrow_in_memory_s", "polars_no_match_s", "polars_is_in_s", "polars_gather_s"):
-        assert 0 < res[key] < 60, key
-    assert ("polars_row_index_s" in res) == res["graph_fills_its_shard"]
-
-
-def test_codes_layout_benchmark_compresses_the_same_codes_in_both_layouts(synth_shards, tmp_path):
-    """benchmarks.codes_layout: the largest layout graphs' codes, plain and in byte planes (the planes are
-    checked to join back to the codes read), compressed at each level; the figures are consistent."""
-    out = tmp_path / "c.json"
-    proc = run_module("benchmarks.codes_layout", str(synth_shards), "--graphs", "2", "--levels", "3,1",
-                      "--repeat", "1", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
-    assert len(res["graphs"]) == 2 and all(g["c_u"] > 0 and g["nt"] > 0 for g in res["graphs"])
-    for g in res["graphs"]:
-        assert sorted(g["levels"]) == ["1", "3"]
-        for figures in g["levels"].values():
-            for name in ("plain", "planes"):
-                assert figures[name]["cpu_s"] > 0 and 0 < figures[name]["ratio"] < 2, name
-    import tpuprep  # the graphs measured are the two with the most stored codes (c_u × nt)
-
-    ds = tpuprep.open_dataset(synth_shards)
-    size = {g: ds.graph_row(g)["num_unique_configs"] * ds.graph_row(g)["num_config_columns"]
-            for c in ds.collections if c.startswith("layout") for g in ds.graph_ids(c)}
-    assert sorted(size.values())[-2:] == sorted(g["c_u"] * g["nt"] for g in res["graphs"])
-
-
-def test_pack_kernel_benchmark_times_both_kernels_on_the_same_chunks(synth_root, tmp_path):
-    """benchmarks.pack_kernel: the current packing kernel, the previous one (restated in the benchmark)
-    and the inflate floor on the same chunks of real-format files; the two kernels' outputs are checked
-    equal inside the run (it fails otherwise), and each figure is named after its file and nc."""
-    from tpuprep.io.npz import NpzFile
-
-    files = sorted((synth_root / "npz" / "layout").rglob("*.npz"))[:2]
-    out = tmp_path / "k.json"
-    proc = run_module("benchmarks.pack_kernel", *map(str, files), "--chunks", "2", "--repeat", "1",
-                      "--json", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.read_text())
-    assert [r["chunks"] for r in rows] == [f.name for f in files]
-    for f, r in zip(files, rows, strict=True):
-        with NpzFile(f) as npz:
-            assert r["nc"] == npz.members["node_config_feat"].shape[1]
-        assert r["mib"] > 0 and r["floor_us_per_mib"] > 0
-        assert r["current_us_per_mib"] > 0 and r["previous_us_per_mib"] > 0 and r["check_us_per_mib"] > 0
-
-
-def test_column_bytes_benchmark_sums_every_column_chunk_of_every_shard(synth_shards, tmp_path):
-    """benchmarks.column_bytes: per table and column, the footers' byte counts summed over every shard
-    of the manifest; layout configs show the codecs their schema file names."""
-    import pyarrow.parquet as pq
-
-    out = tmp_path / "b.json"
-    proc = run_module("benchmarks.column_bytes", str(synth_shards), "--json", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(out.read_text())
-    assert sorted(res) == ["layout_configs", "layout_graphs", "tile_configs", "tile_graphs"]
-    shards = json.loads((synth_shards / "manifest.json").read_text())["shards"]
-    files = [synth_shards / s["path"] for s in shards if s["table"] == "layout_configs"]
-    metas = [pq.ParquetFile(f).metadata for f in files]
-    codes = res["layout_configs"]["codes"]
-    assert codes["chunks"] == sum(m.num_row_groups for m in metas)
-    assert codes["stored"] == sum(m.row_group(i).column(m.schema.names.index("codes")).total_compressed_size
-                                  for m in metas for i in range(m.num_row_groups))
-    assert codes["codecs"] == ["ZSTD"] and res["layout_configs"]["config_id"]["codecs"] == ["UNCOMPRESSED"]
-    assert res["layout_configs"]["config_id"]["ratio"] == 1.0
 
 
 def test_bound_benchmark_measures_the_builds_own_work_on_every_layout_file(synth_root, synth_shards, tmp_path):

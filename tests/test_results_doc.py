@@ -49,6 +49,15 @@ def command_target(command: str) -> tuple[Path, list[str]]:
     return target, [w.split("=", 1)[0] for w in rest if w.startswith("--")]
 
 
+def with_siblings(target: Path) -> str:
+    """The source of ``target`` and of the modules beside it that it imports (``from train_torch_gnn import
+    parse_args``: a script may take its options from a sibling), where options are looked for."""
+    source = target.read_text()
+    siblings = re.findall(r"^from (\w+) import", source, re.M)
+    return "\n".join([source, *((target.parent / f"{m}.py").read_text() for m in siblings
+                                 if (target.parent / f"{m}.py").is_file())])
+
+
 def test_results_opens_with_the_current_figures_table():
     lines = RESULTS.read_text().splitlines()
     assert lines[0] == "# Benchmark results"
@@ -89,12 +98,68 @@ def test_every_command_in_the_table_names_an_existing_benchmark():
             if row["current"] == "pending":
                 continue
             assert target.is_file(), f"{row['metric']}: {command!r} runs {target.relative_to(REPO)}, which does not exist"
-            source = target.read_text()
+            source = with_siblings(target)
             assert target.name == "__main__.py" or '__name__ == "__main__"' in source, f"{command!r} is not runnable"
             for option in options:
                 assert f'"{option}"' in source, f"{command!r}: {target.name} has no option {option}"
             checked += 1
     assert checked >= 10
+
+
+QUOTING = ["benchmarks/RESULTS.md", "README.md", "CONTRIBUTING.md", "docs", "tpuprep/train/README.md",
+           "pipelines/README.md"]
+QUOTED = re.compile(r"python -m benchmarks(?:\.\w+)?(?:[ \t]+(?:\\\n[ \t]*)?[^\s`#|]+)*")
+
+
+def quoted_commands(text: str) -> list[str]:
+    """Every ``python -m benchmarks[.x] ...`` command a page quotes (in a code span or block, continued lines
+    joined), up to the end of its line, a backtick, a comment or a table cell's end."""
+    return [" ".join(m.group(0).replace("\\\n", " ").split()) for m in QUOTED.finditer(text)]
+
+
+def check_command(command: str) -> str | None:
+    """None when the command runs an existing, runnable benchmark that knows each of its options."""
+    target, options = command_target(command)
+    if not target.is_file():
+        return f"{command!r} runs {target.relative_to(REPO)}, which does not exist"
+    source = with_siblings(target)
+    if target.name != "__main__.py" and '__name__ == "__main__"' not in source:
+        return f"{command!r} is not runnable"
+    unknown = [o for o in options if f'"{o}"' not in source]
+    return f"{command!r}: {target.name} has no option {', '.join(unknown)}" if unknown else None
+
+
+def test_every_benchmark_command_the_docs_quote_exists():
+    """Not only the table: every command RESULTS.md's history, the README and docs/ quote still runs (a
+    retired benchmark is named as retired, with where git keeps it, never as a command to type)."""
+    pages = []
+    for name in QUOTING:
+        p = REPO / name
+        pages += [p] if p.is_file() else sorted(p.rglob("*.md"))
+    bad, checked = [], 0
+    for page in pages:
+        for command in quoted_commands(page.read_text(encoding="utf-8")):
+            checked += 1
+            if (problem := check_command(command)) is not None:
+                bad.append(f"{page.relative_to(REPO)}: {problem}")
+    assert checked >= 30
+    assert not bad, "\n".join(bad)
+
+
+def test_quoted_commands_are_found_and_checked():
+    text = ("run `python -m benchmarks.reading S --stacks ''` then\n```bash\n"
+            "python -m benchmarks.scale --work W \\\n    --fraction 0.25   # run A\n"
+            "python -m benchmarks.breakdown --corpus C\n```\n| x | `python -m benchmarks --corpus C --work W` |")
+    found = quoted_commands(text)
+    assert found == ["python -m benchmarks.reading S --stacks ''", "python -m benchmarks.scale --work W --fraction 0.25",
+                     "python -m benchmarks.breakdown --corpus C", "python -m benchmarks --corpus C --work W"]
+    problems = [check_command(c) for c in found]
+    assert problems[0] is None and problems[1] is None and problems[3] is None
+    assert "breakdown.py, which does not exist" in problems[2]
+    assert "has no option --nope" in check_command("python -m benchmarks.reading S --nope 3")
+    # an example that takes its flags from the module beside it (train_pyg.py from train_torch_gnn.py)
+    assert check_command("python docs/examples/train_pyg.py --shards S --time-budget 1") is None
+    assert "has no option --nope" in check_command("python docs/examples/train_pyg.py --nope 1")
 
 
 def test_command_parser_catches_what_it_must():

@@ -122,8 +122,7 @@ def png_size(path):
     return struct.unpack(">II", data[16:24])
 
 
-@pytest.mark.parametrize("backend", ["builtin", "matplotlib"])
-def test_evaluate_with_truth_writes_tables_and_plots(ds, rankers, tmp_path, backend):
+def test_evaluate_with_truth_writes_tables_and_plots(ds, rankers, tmp_path):
     ds.write_truth(tmp_path / "synth" / "truth")
     gid = ds.graph_ids(LAYOUT, "valid")[0]
     assert truth_path(tmp_path / "synth" / "truth", gid, LAYOUT, "valid").is_file()
@@ -136,7 +135,7 @@ def test_evaluate_with_truth_writes_tables_and_plots(ds, rankers, tmp_path, back
     assert all(r["tile_score"] <= 1 and r["tile_score_oracle"] == pytest.approx(1.0) for r in tile)
     table = format_table(res.summary)
     assert LAYOUT in table and "tau_oracle" in table and "tile_score" in table
-    written = write_outputs(res, tmp_path / "ev", backend=backend)
+    written = write_outputs(res, tmp_path / "ev")
     names = {p.name for p in written}
     assert {"per_graph.csv", "summary.json", "summary.txt", "rank_layout_xla_random.png",
             "hist_layout_xla_random.png", "rank_tile_xla.png", "hist_tile_xla.png"} <= names

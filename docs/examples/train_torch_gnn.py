@@ -29,7 +29,7 @@ import argparse
 import math
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -175,10 +175,24 @@ def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64,
     torch.manual_seed(seed)
     inputs = GraphInputs(ds, collection)
     model = SageRanker(inputs.kind == "layout")
-    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     dataset = ConfigBatchDataset(tpuprep.ConfigBatches(ds, collection, split="train", k=k, strategy="uniform",
                                                        seed=seed))
     loader = DataLoader(dataset, batch_size=None, num_workers=workers)
+
+    def scores(item: dict) -> torch.Tensor:
+        values = item["node_config_feat" if inputs.kind == "layout" else "config_feat"].numpy()
+        return model(inputs.graph(item["graph_id"]), inputs.configs(item["graph_id"], values))
+
+    fit(model, scores, dataset, loader, time_budget, lr, max_epochs)
+    return model.eval(), inputs
+
+
+def fit(model: nn.Module, scores: Callable, dataset: ConfigBatchDataset, loader: Iterable, time_budget: float,
+        lr: float, max_epochs: int | None = None) -> None:
+    """The training loop (``train_pyg.py`` runs it too): epochs of ``loader``'s items until ``time_budget``
+    seconds or ``max_epochs``; per item, the pairwise hinge loss of ``scores(item)`` (k,) against its
+    runtimes (tile: over the normalizers), AdamW at ``lr`` × ``lr_factor`` of the progress."""
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     started, epoch, steps, configs, shown = time.monotonic(), 0, 0, 0, 0.0
     while time.monotonic() - started < time_budget and epoch != max_epochs:
         dataset.set_epoch(epoch)
@@ -189,8 +203,7 @@ def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64,
                 target = target / item["config_runtime_normalizers"].double()
             if len(target) < 2:
                 continue
-            values = item["node_config_feat" if inputs.kind == "layout" else "config_feat"].numpy()
-            loss = hinge_loss(model(inputs.graph(item["graph_id"]), inputs.configs(item["graph_id"], values)), target)
+            loss = hinge_loss(scores(item), target)
             progress = (time.monotonic() - started) / time_budget  # of the time, or of the epochs if sooner
             if max_epochs:
                 progress = max(progress, (epoch + i / len(dataset)) / max_epochs)
@@ -210,11 +223,11 @@ def train(ds: tpuprep.Dataset, collection: str, time_budget: float, k: int = 64,
     seconds = time.monotonic() - started
     print(f"trained {epoch} epochs, {steps} steps, {configs} configs in {seconds:.1f} s "
           f"({configs / seconds:.0f} configs/s)")
-    return model.eval(), inputs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> argparse.Namespace:
+    """The flags of this example and of ``train_pyg.py``."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--shards", required=True)
     parser.add_argument("--collection", required=True, help="e.g. layout:xla:random or tile:xla")
     parser.add_argument("--time-budget", type=float, default=120.0, help="seconds of training (default 120)")
@@ -222,16 +235,25 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    ds = tpuprep.open_dataset(args.shards)
-    model, inputs = train(ds, args.collection, args.time_budget, args.k, args.lr, args.workers, args.seed)
-    taus = valid_tau(ds, args.collection, model_scorer(model, inputs))
+    return parser.parse_args()
+
+
+def report(ds: tpuprep.Dataset, collection: str, score: Callable) -> None:
+    """Print the valid split's tau per graph and peak RSS, then ``tau=<mean>`` as the last line."""
+    taus = valid_tau(ds, collection, score)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     defined = [t for t in taus if not np.isnan(t)]  # tau is undefined on a graph with < 2 distinct runtimes
     print(f"valid: {len(taus)} graphs ({len(taus) - len(defined)} without a defined tau), tau per graph "
           f"{np.round(taus, 3).tolist()}; peak RSS {rss:.0f} MB")
     print(f"tau={float(np.mean(defined)) if defined else float('nan'):.4f}")
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    torch.set_num_threads(1)
+    ds = tpuprep.open_dataset(args.shards)
+    model, inputs = train(ds, args.collection, args.time_budget, args.k, args.lr, args.workers, args.seed)
+    report(ds, args.collection, model_scorer(model, inputs))
 
 
 if __name__ == "__main__":

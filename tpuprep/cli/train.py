@@ -209,7 +209,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
                           threads=threads or None, max_configs=max_configs)
     click.echo(format_table(result.summary))
     if out_dir is not None:
-        for p in write_outputs(result, out_dir):
+        for p in write_outputs(result, out_dir, log=sys.stderr):  # no matplotlib: one line, no plots
             click.echo(f"wrote {p}", err=True)
 
 

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from . import plot
 from ._blas import blas_threads
 from .baseline import node_info, violation_of_configs, violation_ratio
 from .features import PreparedGraph
@@ -41,7 +42,6 @@ from .metrics import (
     slowdown_at_k,
     tile_score_of_listed,
 )
-from .plot import plot_histogram, plot_rank_scatter
 from .predict import check_models_fit, tile_top_configs
 from .ranker import Ranker
 from .stream import prepare_streamed, score_streamed
@@ -295,8 +295,10 @@ def format_table(summary: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(result: EvalResult, out_dir: str | Path, backend: str = "auto") -> list[Path]:
-    """per_graph.csv, summary.json, summary.txt and per collection rank_<c>.png + hist_<c>.png."""
+def write_outputs(result: EvalResult, out_dir: str | Path, log: TextIO | None = sys.stderr) -> list[Path]:
+    """per_graph.csv, summary.json, summary.txt and, with matplotlib (the ``plot`` extra), per collection
+    rank_<c>.png + hist_<c>.png; returns the paths written. Without matplotlib the tables are written and
+    one line to ``log`` (``plot.NO_PLOTS``) says how to get the plots."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -316,12 +318,16 @@ def write_outputs(result: EvalResult, out_dir: str | Path, backend: str = "auto"
     p = out / "summary.txt"
     p.write_text(format_table(result.summary) + "\n")
     written.append(p)
+    if (why := plot.missing()) is not None:
+        if log is not None:
+            print(why, file=log)
+        return written
     for coll in result.summary:
         safe = coll.replace(":", "_")
         kind = coll.split(":", 1)[0]
         if result.samples.get(coll):
             p = out / f"rank_{safe}.png"
-            plot_rank_scatter(p, result.samples[coll], f"{coll}: predicted vs true rank", backend)
+            plot.plot_rank_scatter(p, result.samples[coll], f"{coll}: predicted vs true rank")
             written.append(p)
         rows = [r for r in result.rows if r["collection"] == coll]
         if kind == "layout":
@@ -337,6 +343,6 @@ def write_outputs(result: EvalResult, out_dir: str | Path, backend: str = "auto"
             series = {"tile score": np.array([r.get("tile_score", math.nan) for r in rows], np.float64)}
             lo, hi, label = 0.0, 1.0, "tile score per graph"
         p = out / f"hist_{safe}.png"
-        plot_histogram(p, series, f"{coll}: {label}", label, lo, hi, 20, backend)
+        plot.plot_histogram(p, series, f"{coll}: {label}", label, lo, hi, 20)
         written.append(p)
     return written
