@@ -22,6 +22,8 @@ import tpuprep.inputs
 import tpuprep.request
 from tpuprep.cli import main
 from tpuprep.inputs import MissingSource, Source, discover, resolve_source
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.store import Store
 from tpuprep.options import BuildOptions
 from tpuprep.request import BuildRequest, ClusterSpec, cluster_of_flags, make_request
 
@@ -78,7 +80,7 @@ def test_the_cli_and_a_run_file_make_equal_requests_for_a_local_folder(tree, tmp
     cli, from_file = requests
     assert cli == from_file
     assert cli.source == Source(cli.source.store, "folder") and cli.source.location == tree.resolve()
-    assert cli.destination.root == str(dst.resolve()) and cli.destination.is_local
+    assert cli.destination.root == str(dst.resolve()) and isinstance(cli.destination, LocalStore)
     assert cli.options == BuildOptions(hops=2, compression_level=5)
     assert (cli.collections, cli.splits, cli.dry_run) == (("layout",), ("train", "valid"), True)
     assert cli.cluster == ClusterSpec("local", workers=2)
@@ -108,7 +110,7 @@ def test_the_cli_and_a_run_file_make_equal_requests_for_a_bucket(tree, tmp_path,
     assert cli.cluster == ClusterSpec("serial", scheduler_from_env=True) != from_file.cluster
     assert BuildRequest(**{**cli.__dict__, "cluster": from_file.cluster}) == from_file
     assert not cli.source.is_local and cli.source.location == src and cli.source.kind is None
-    assert cli.destination.display == dst and cli.destination.protocol == "s3"
+    assert cli.destination.display == dst and cli.destination.url() == dst
 
 
 def test_command_flags_and_run_file_tables_name_the_same_runners():
@@ -153,7 +155,7 @@ def test_both_commands_are_refused_with_the_same_line(tree, case):
 
 def test_the_overlap_check_lives_in_make_request_alone(tree, monkeypatch):
     """A mutant of the one overlap test lets both commands through: no caller checks on its own."""
-    monkeypatch.setattr(tpuprep.request, "overlap", lambda a, b: False)
+    monkeypatch.setattr(Store, "overlaps", lambda self, other: False)
     base = tree.parent
     assert _cli("build", "--src", str(tree), "--dst", str(tree / "out"), "--dry-run").exit_code == 0
     run = _run_file(base, 'src = "npz"\ndst = "npz/out"\n[cluster]\ntype = "serial"\n')
@@ -214,7 +216,7 @@ def test_a_build_classifies_its_src_once(tree, tmp_path, monkeypatch):
 def test_discovery_of_a_source_resolves_nothing_again(tree, monkeypatch):
     source = resolve_source(tree)
     monkeypatch.setattr(tpuprep.inputs, "resolve", lambda *a, **k: pytest.fail("resolved again"))
-    monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
+    monkeypatch.setattr(tpuprep.inputs, "local_path", lambda *a: pytest.fail("classified again"))
     inputs, refused = discover(source, ["layout"])
     assert [i.relpath for i in inputs] == [f"{L}/g1.npz", "layout/xla/random/valid/g2.npz"] and not refused
 
@@ -235,7 +237,7 @@ def test_inputs_are_opened_without_classifying_their_origin_again(tree, tmp_path
         bucket = request.getfixturevalue("bucket")
         tar = upload_folder(tmp_path, bucket) + "/npz_all.tar"
     build_request = make_request(tar, tmp_path / "out")
-    monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
+    monkeypatch.setattr(tpuprep.inputs, "local_path", lambda *a: pytest.fail("classified again"))
     report = tpuprep.build.build(build_request)
     assert len(report.converted) == 3 and not report.quarantined
     assert {r["archive"] for r in report.records} == {"npz_all.tar"}

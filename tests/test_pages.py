@@ -17,7 +17,8 @@ from s3server import upload_folder
 
 import tpuprep
 from tpuprep.errors import BadShards
-from tpuprep.io.storage import FileReplaced, Store
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.store import FileReplaced
 from tpuprep.shards import pages
 from tpuprep.shards.schema import table_schema
 from tpuprep.shards.writer import parquet_options
@@ -219,7 +220,7 @@ def test_a_shard_replaced_after_its_footer_was_read_is_not_read_with_it(tmp_path
     before = ds.sample_configs(gid, 40, seed=5)  # the shard's footer is read and kept
     build(source(["a", "x", "c"]), dst, overwrite=True)  # the same shard names, other bytes
     fetched = []
-    real_read = Store.read_ranges
+    real_read = LocalStore.read_ranges
 
     def spy(self, name, ranges, **kwargs):
         try:
@@ -228,7 +229,7 @@ def test_a_shard_replaced_after_its_footer_was_read_is_not_read_with_it(tmp_path
             fetched.append("declined")
             raise
 
-    with mock.patch.object(Store, "read_ranges", spy):
+    with mock.patch.object(LocalStore, "read_ranges", spy):
         after = ds.sample_configs(gid, 40, seed=5)
     assert fetched == ["declined"]
     assert np.array_equal(after.node_config_feat, before.node_config_feat)

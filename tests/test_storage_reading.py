@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from s3server import upload_folder
 
-from tpuprep.io.storage import FileReplaced, NotConfined, resolve
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.storage import resolve
+from tpuprep.io.store import FileReplaced, NotConfined
 
 FOOTER = 100
 BODY = bytes(range(256)) * 40 + FOOTER.to_bytes(4, "little") + b"PAR1"  # ends as a Parquet file does
@@ -32,7 +34,7 @@ def store(request, tmp_path):
 
 
 def _replace(store, rel: str, data: bytes) -> None:
-    if store.is_local:
+    if isinstance(store, LocalStore):
         tmp = Path(store.path(rel + ".new"))
         tmp.write_bytes(data)
         os.replace(tmp, store.path(rel))  # another inode under the same name
@@ -62,14 +64,14 @@ def test_a_local_link_leading_out_of_the_root_is_not_confined(tmp_path):
 def test_ranges_read_from_the_pinned_file_and_a_replaced_one_is_refused(store):
     name, size = store.confined_file("a/file.bin")
     pin = store.identity(name)
-    assert (pin is not None) == store.is_local
+    assert (pin is not None) == isinstance(store, LocalStore)
     got = store.read_ranges(name, [(0, 10), (300, 1000)], size=size, footer_length=FOOTER, identity=pin)
     assert got == [BODY[0:10], BODY[300:1000]]
-    with pytest.raises(FileReplaced, match="no longer the object" if not store.is_local else "replaced"):
+    with pytest.raises(FileReplaced, match="no longer the object" if not isinstance(store, LocalStore) else "replaced"):
         store.read_ranges(name, [(0, 10)], size=size, footer_length=FOOTER + 1,
-                          identity=None if not store.is_local else (0, 0, 0, 0))
+                          identity=None if not isinstance(store, LocalStore) else (0, 0, 0, 0))
     _replace(store, "a/file.bin", b"other" + BODY[5:])  # the same size and footer, other bytes
-    if store.is_local:  # another inode: refused (an object store cannot tell, its check is size + footer)
+    if isinstance(store, LocalStore):  # another inode: refused (an object store cannot tell, its check is size + footer)
         with pytest.raises(FileReplaced, match=re.escape("file.bin was replaced after its footer was read")):
             store.read_ranges(name, [(0, 10)], size=size, footer_length=FOOTER, identity=pin)
     _replace(store, "a/file.bin", BODY[:100])  # shorter: refused on every backend
@@ -93,8 +95,8 @@ def test_random_access_and_fetched_sources_read_the_files_bytes(store, tmp_path)
         assert again.read_row_group(0).column("x").to_pylist() == list(range(1000))
     with pytest.raises(FileNotFoundError):
         pq.ParquetFile(store.open_random_access(store.url("a/none.parquet"), None)).read()
-    assert store.polars_options({"aws_region": "x"}) == ({} if store.is_local else {"storage_options": {"aws_region": "x"}})
-    assert store.holds_open_files == store.is_local
+    assert store.polars_options({"aws_region": "x"}) == ({} if isinstance(store, LocalStore) else {"storage_options": {"aws_region": "x"}})
+    assert store.holds_open_files == isinstance(store, LocalStore)
 
 
 def test_the_reader_has_no_local_or_remote_branch_of_its_own():
@@ -107,17 +109,15 @@ def test_the_reader_has_no_local_or_remote_branch_of_its_own():
 
 
 def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
-    from tpuprep.io.storage import storage_error
-
     denied = PermissionError(13, "Permission denied")
-    local = str(storage_error(denied, str(tmp_path / "a.parquet"), resolve(tmp_path)))
-    assert local == f"{tmp_path / 'a.parquet'}: permission denied ([Errno 13] Permission denied)"
-    remote = str(storage_error(denied, "s3://b/a.parquet", resolve("s3://b/x")))
+    local = str(resolve(tmp_path).failure(denied, str(tmp_path / "a.parquet")))
+    assert local == f"{tmp_path / 'a.parquet'}: cannot be read: Permission denied"
+    remote = str(resolve("s3://b/x").failure(denied, "s3://b/a.parquet"))
     assert "the credentials in use may not read it" in remote
 
 
 def test_a_small_file_is_read_whole_alike_on_every_backend(store):
-    from tpuprep.io.storage import FileTooLarge, NotARegularFile
+    from tpuprep.io.store import FileTooLarge, NotARegularFile
 
     assert store.read_bytes("a/file.bin", limit=len(BODY), follow_links=True) == BODY
     with pytest.raises(FileTooLarge) as big:
@@ -133,9 +133,9 @@ def test_a_manifest_that_is_a_folder_or_missing_reads_alike_on_every_backend(sto
     from tpuprep.errors import BadShards
     from tpuprep.shards.manifest import read_manifest
 
-    shown = store.reading_name(store.reading_root(store.display), "a/sub/manifest.json")
+    shown = store.location_of("a/sub/manifest.json")
     store.write_bytes("a/sub/manifest.json/x", b"{}")  # where the manifest should be: a folder or a prefix
     with pytest.raises(BadShards, match=rf"^{re.escape(str(shown))}: is not a regular file$"):
-        read_manifest(resolve(store.url("a/sub") if not store.is_local else store.path("a/sub")))
+        read_manifest(resolve(store.url("a/sub") if not isinstance(store, LocalStore) else store.path("a/sub")))
     with pytest.raises(BadShards, match=r"manifest.json: missing: .* is not a finished tpuprep build"):
-        read_manifest(resolve(store.url("a") if not store.is_local else store.path("a")))
+        read_manifest(resolve(store.url("a") if not isinstance(store, LocalStore) else store.path("a")))

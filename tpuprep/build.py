@@ -26,13 +26,13 @@ import dataclasses
 import functools
 import json
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import limits
 from .convert import ConvertedGraph, convert_file
-from .errors import BadInput, FatalError, UsageError, one_line
+from .errors import BadInput, UsageError
 from .faults import checkpoint
 from .inputs import (
     InputFile,
@@ -46,7 +46,7 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.files import sha256_stream
-from .io.storage import NotARegularFile, Store, without_credentials
+from .io.store import NotARegularFile, Store, without_credentials
 from .options import BuildOptions
 from .request import BuildRequest, make_request
 from .shards import destination
@@ -403,31 +403,11 @@ def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opt
     return dataclasses.replace(report, skipped=skipped)
 
 
-@contextlib.contextmanager
-def store_errors(store: Store) -> Iterator[None]:
-    """Turn a failed request to an object ``store`` (missing bucket, permission refused, network) into
-    one FatalError line naming the URL. Locally an ``OSError`` keeps its own line (the CLI's guard
-    names the file and the errno)."""
-    if store.os_errors_name_files:
-        yield
-        return
-    try:
-        yield
-    except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
-        raise FatalError(f"--dst {store.display}: {_store_problem(store, exc)}") from None
-    except OSError as exc:
-        raise FatalError(f"--dst {store.display}: the store refused a request: {one_line(exc)}") from None
-
-
-def _store_problem(store: Store, exc: OSError) -> str:
-    text = one_line(exc)
-    if isinstance(exc, PermissionError):
-        return f"permission denied ({text}); check the credentials and the bucket's policy"
-    if isinstance(exc, FileNotFoundError) and ("bucket" in text.lower() or text == "Not Found"):
-        return f"the bucket {store.root.split('/', 1)[0]} does not exist ({text})"
-    if isinstance(exc, FileNotFoundError):
-        return f"an object disappeared while the build ran ({text})"
-    return f"the store cannot be reached ({text})"
+def store_errors(store: Store) -> contextlib.AbstractContextManager[None]:
+    """A failed request to the ``--dst`` store (missing bucket, permission refused, network) as one
+    FatalError line naming the URL (``Store.request_errors``; locally an ``OSError`` keeps its own
+    line: the CLI's guard names the file and the errno)."""
+    return store.request_errors(f"--dst {store.display}", "written")
 
 
 def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progress) -> BuildReport:
@@ -463,7 +443,7 @@ def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputF
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        paths = tuple(filter(None, [batch[0].local_file, staging.local_root]))  # workers must see these
+        paths = (*filter(None, [batch[0].local_file]), *staging.worker_paths())  # workers must see these
         return runner.submit(process_batch, batch, opts, staging, paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 

@@ -23,7 +23,9 @@ from typing import BinaryIO
 
 from .errors import BadInput, FatalError, UsageError, display_name
 from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
-from .io.storage import Store, resolve, scheme_of
+from .io.local_store import LocalStore
+from .io.storage import local_path, resolve
+from .io.store import Store
 from .limits import scale as limit_scale
 from .readgraph import GraphArrays, read_graph  # noqa: F401 (re-exported for the converter)
 from .tpugraphs import (
@@ -117,7 +119,7 @@ class Source:
 
     @property
     def is_local(self) -> bool:
-        return self.store.is_local
+        return isinstance(self.store, LocalStore)
 
     @property
     def location(self) -> Path | str:
@@ -145,8 +147,7 @@ def resolve_source(src: str | os.PathLike | Source, storage_options: dict | None
         return src
     if not str(src):
         raise UsageError("--src must not be empty")
-    scheme = scheme_of(src)
-    if scheme not in (None, "file"):
+    if local_path(src, "--src") is None:
         return Source(resolve(src, storage_options, what="--src"), None, storage_options or None)
     given = resolve(src, what="--src").display  # file:// as resolve reads it; a path as given
     path = Path(given).resolve()

@@ -1,4 +1,4 @@
-"""The shard files of an open dataset, through its ``io.storage.Store``: one code path for a local folder
+"""The shard files of an open dataset, through its ``io.store.Store``: one code path for a local folder
 and an object store (issue #29). Paths are confined (``Store.confined_file``), shards opened with page
 checksums verified and their ids checked against the manifest, footers kept where a read costs a request
 (``Store.reads_are_requests``), and byte ranges of a shard read for the direct page reads
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import BadShards
-from ..io.storage import FileReplaced, NotConfined, Store, storage_error
+from ..io.store import FileReplaced, NotConfined, Store
 from . import pages, parquet
 from .parquet import check_graph_groups, chunk_ranges, open_parquet
 from .shard_index import ShardIndex
@@ -73,7 +73,7 @@ class ShardFiles:
         except FileNotFoundError:
             raise self._changed(f"{path} no longer exists") from None
         except OSError as exc:
-            raise storage_error(exc, str(path), self.store) from None
+            raise self.store.failure(exc, str(path)) from None
         pf = open_parquet(path, source)
         found, want = shard_id(pf.metadata.metadata), self._ids.get(str(path))
         if found != want:
@@ -149,6 +149,6 @@ class ShardFiles:
         except FileNotFoundError:
             raise self._changed(f"{path} no longer exists") from None
         except OSError as exc:
-            raise storage_error(exc, str(path), self.store) from None
+            raise self.store.failure(exc, str(path)) from None
         part = pf if source is None else pq.ParquetFile(source, metadata=pf.metadata, page_checksum_verification=True)
         return parquet.read_row_groups(part, path, rgs, columns, use_threads=False)

@@ -117,7 +117,7 @@ def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _P
 
     runner = make_runner(workers, kernels=False)  # verify's checks are plain NumPy: no kernel to load
     try:
-        local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
+        local = ds.store.worker_paths()  # a remote dataset: none, every worker reads the store
         batches = plan_batches(todo)
         futures = []
         for batch in batches:

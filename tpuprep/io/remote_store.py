@@ -1,0 +1,316 @@
+"""``RemoteStore``: a prefix of an object store (``s3://``, ``gs://``, ``memory://``, any fsspec protocol)
+through its fsspec filesystem.
+
+What an object store guarantees, behind the ``Store`` interface: an object appears only when complete
+(no temporaries), ``exclusive`` is a conditional write (S3 ``If-None-Match``), copies are server-side,
+the build lock is a renewed lease object (``io.locks.LeaseLock``). Reads are requests with their own
+latency: ranged reads fetch exactly the bytes asked for, a sample's ranges at once, concurrently.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import errno
+import io
+import os
+import posixpath
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import FatalError
+from .locks import LeaseLock
+from .store import (
+    Entry,
+    FileReplaced,
+    FileTooLarge,
+    NotARegularFile,
+    NotConfined,
+    Store,
+    library_error,
+    request_failure,
+)
+from .window import ByteWindow
+
+if TYPE_CHECKING:
+    import fsspec
+
+
+@dataclass(frozen=True)
+class RemoteStore(Store):
+    """A prefix of an object store: ``root`` is ``bucket/prefix`` (no scheme), ``display`` the URL as
+    given without credentials, ``fs`` its fsspec filesystem, ``protocol`` its scheme, ``options`` the
+    filesystem's storage options (never shown, compared or recorded)."""
+
+    root: str
+    display: str
+    fs: fsspec.AbstractFileSystem = field(compare=False, repr=False)
+    protocol: str = "s3"
+    options: dict | None = field(default=None, compare=False, repr=False)
+
+    # ----------------------------------------------------------------------------------------- naming
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts) if parts else self.root
+
+    def url(self, *parts: str) -> str:
+        return f"{self.protocol}://{self.path(*parts)}"
+
+    @property
+    def location(self) -> str:
+        return self.url()
+
+    @property
+    def storage_options(self) -> dict | None:
+        return self.options or None
+
+    # ------------------------------------------------------------------------ what truly differs
+
+    @property
+    def writes_temporaries(self) -> bool:
+        return False
+
+    def contains(self, other: Store) -> bool:
+        """The same scheme, and ``other``'s key prefix at or below this one."""
+        if not isinstance(other, RemoteStore) or other.protocol != self.protocol:
+            return False
+        top = self.root.rstrip("/")
+        return other.root.rstrip("/") == top or other.root.startswith(top + "/")
+
+    def polars_options(self, storage_options: dict | None) -> dict:
+        return {"storage_options": storage_options} if storage_options else {}
+
+    # ------------------------------------------------------------------------------------ failures
+
+    def failure(self, exc: BaseException, what: str, action: str = "read") -> FatalError:
+        """A denied request names the credentials; a missing object under a missing bucket, the bucket."""
+        if isinstance(exc, FileNotFoundError):
+            bucket = self.missing_bucket()
+            if bucket:
+                return FatalError(f"{what}: the bucket {bucket} does not exist (or is not visible to the "
+                                  "credentials in use)")
+        return request_failure(exc, what, action)
+
+    def missing_bucket(self) -> str | None:
+        bucket = self.root.split("/", 1)[0]
+        try:
+            return None if self.fs.exists(bucket) else f"{self.protocol}://{bucket}"
+        except Exception as exc:  # cannot tell: the request that failed says what is wrong
+            if library_error(exc):
+                return None
+            raise
+
+    @contextlib.contextmanager
+    def request_errors(self, what: str, action: str = "read") -> Iterator[None]:
+        """A failed request (an ``OSError`` or the filesystem library's own error, e.g. botocore's
+        ``NoCredentialsError``) becomes ``failure``'s one line."""
+        try:
+            yield
+        except Exception as exc:
+            if not library_error(exc):
+                raise
+            raise self.failure(exc, what, action) from None
+
+    # ------------------------------------------------------------------------------- whole files
+
+    def walk(self, enter: Callable[[str], bool] = lambda _rel: True) -> list[Entry]:
+        """Every object under the prefix, fresh (no cached listing), whatever its key: an object store
+        has no folders to enter or not (``enter`` is not asked)."""
+        self.fs.invalidate_cache()
+        prefix = self.root.rstrip("/") + "/"
+        try:
+            found = self.fs.find(self.root, withdirs=False, detail=True)
+        except FileNotFoundError:
+            return []
+        out = []
+        for key, meta in sorted(found.items()):
+            if not key.startswith(prefix):
+                continue
+            rel = key[len(prefix):]
+            if meta.get("type") == "directory" or key.endswith("/"):
+                out.append(Entry(rel.rstrip("/"), "folder"))
+            else:
+                out.append(Entry(rel, "file", int(meta.get("size") or 0), object_version(meta)))
+        return out
+
+    def root_entry(self) -> Entry:
+        meta = self.fs.info(self.root)
+        if meta.get("type") == "directory":
+            return Entry("", "folder")
+        return Entry("", "file", int(meta.get("size") or 0), object_version(meta))
+
+    def peek(self) -> None:
+        return None
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def read_bytes(self, rel: str, *, limit: int | None = None, follow_links: bool = False) -> bytes:
+        """``limit``: the object's size from its info, before it is read (an object store has no links)."""
+        if limit is None:
+            return self.fs.cat_file(self.path(rel))
+        info = self.fs.info(self.path(rel))
+        if info.get("type") != "file":
+            raise NotARegularFile(self.url(rel), "a prefix, not an object")
+        if (info.get("size") or 0) > limit:
+            raise FileTooLarge(info["size"])
+        with self.open(rel, "rb") as fh:
+            return fh.read(limit + 1)
+
+    def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False, durable: bool = False,
+                    before_commit: Callable[[], None] | None = None) -> None:
+        """One whole object (durable once written); ``exclusive`` is a conditional write."""
+        if before_commit is not None:
+            before_commit()
+        with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:
+            fh.write(data)
+
+    def put_file(self, local: str | os.PathLike, rel: str) -> None:
+        """An upload (multipart in blocks: memory bounded)."""
+        self.fs.put_file(os.fspath(local), self.path(rel))
+
+    def get_file(self, rel: str, local: str | os.PathLike) -> None:
+        self.fs.get_file(self.path(rel), os.fspath(local))
+
+    def copy(self, rel: str, to: str) -> None:
+        """Server-side."""
+        self.fs.copy(self.path(rel), self.path(to))
+
+    def remove(self, rels: list[str], folders: Iterable[str] = ()) -> None:
+        """One request per 1,000 objects (S3); an object store has no folders to remove."""
+        if rels:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm([self.path(r) for r in rels])
+
+    def makedirs(self) -> None:
+        """Nothing: an object store has no folders."""
+
+    def check_reachable(self) -> None:
+        self.fs.info(self.root.split("/", 1)[0])
+
+    @contextlib.contextmanager
+    def writing(self, rel: str) -> Iterator[Path]:
+        """A file in a local temporary folder, uploaded whole when the block ends."""
+        with tempfile.TemporaryDirectory(prefix="tpuprep-write-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            yield local
+            self.put_file(local, rel)
+
+    @contextlib.contextmanager
+    def reading(self, rel: str) -> Iterator[Path]:
+        """A download into a temporary folder, removed afterwards."""
+        with tempfile.TemporaryDirectory(prefix="tpuprep-read-") as tmp:
+            local = Path(tmp) / posixpath.basename(rel)
+            self.get_file(rel, local)
+            yield local
+
+    def open(self, rel: str, mode: str = "rb", **kwargs: Any):
+        return self.fs.open(self.path(rel), mode, **kwargs)
+
+    def open_url(self, url: str, mode: str = "rb", **kwargs: Any):
+        return self.fs.open(self.fs._strip_protocol(url), mode, **kwargs)
+
+    def lock_at(self, rel: str) -> LeaseLock:
+        """A lease object: conditionally created, renewed, taken over when stale."""
+        return LeaseLock(self, rel)
+
+    def arrow_filesystem(self):
+        import pyarrow.fs as pafs
+
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+    # ---------------------------------------------------------------------------------- reading
+
+    @property
+    def reads_are_requests(self) -> bool:
+        return True
+
+    @property
+    def holds_open_files(self) -> bool:
+        return False
+
+    def confined_file(self, rel: str) -> tuple[str, int]:
+        url = self.url(rel)
+        try:
+            info = self.fs.info(self.path(rel))
+        except FileNotFoundError:
+            raise NotConfined("the file does not exist") from None
+        except OSError as exc:
+            raise self.failure(exc, url) from None
+        if info.get("type") != "file":
+            raise NotConfined("is not a file")
+        return url, int(info["size"])
+
+    def open_random_access(self, name: Path | str, size: int | None = None):
+        kwargs = {"size": size} if size is not None else {}
+        return self.open_url(str(name), "rb", cache_type="none", **kwargs)
+
+    def identity(self, name: Path | str) -> None:
+        return None
+
+    def read_ranges(self, name: Path | str, ranges: list[tuple[int, int]], *, size: int, footer_length: int,
+                    identity: tuple[int, int, int, int] | None) -> list[bytes]:
+        url = str(name)
+        tail = footer_length.to_bytes(4, "little") + b"PAR1"
+        try:
+            *blocks, last = self.cat_ranges(url, [*ranges, (size - 8, size)])
+        except FileNotFoundError:
+            raise FileReplaced(f"{url} no longer exists") from None
+        except OSError as exc:  # ranges of the footer read at open, past the object's end now
+            if exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                raise FileReplaced(f"{url} is shorter than the object whose footer was read") from None
+            raise self.failure(exc, url) from None
+        except Exception as exc:  # botocore's NoCredentialsError ...: the store's one line
+            raise self.failure(exc, url) from None
+        if last != tail:
+            raise FileReplaced(f"{url} is no longer the object whose footer was read")
+        return blocks
+
+    def fetched_source(self, name: Path | str, ranges: list[tuple[int, int]], size: int):
+        return self.open_prefetched(str(name), ranges, size)
+
+    def open_prefetched(self, url: str, ranges: list[tuple[int, int]], size: int) -> io.RawIOBase:
+        path = self.fs._strip_protocol(url)
+        blocks = self.cat_ranges(url, ranges)
+        return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
+
+    def cat_ranges(self, url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
+        path = self.fs._strip_protocol(url)
+        blocks = self.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
+        for block in blocks:
+            if isinstance(block, BaseException):
+                raise block
+        return blocks
+
+
+def object_version(meta: dict) -> str:
+    """What identifies this version of an object, from its listing or info: its ETag (S3), its
+    generation (GCS), else its modification time; "" when the store says none of them."""
+    for key in ("ETag", "etag", "generation", "LastModified", "mtime", "updated", "created"):
+        if meta.get(key):
+            return str(meta[key])
+    return ""
+
+
+class _Prefetched(ByteWindow):
+    """A seekable read-only view of a remote file of which some byte ranges are already in memory
+    (``RemoteStore.open_prefetched``); other reads fetch exactly what they ask for."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int, blocks: list[tuple[int, bytes]]):
+        super().__init__(size)
+        self.fs, self.path = fs, path
+        self.blocks = sorted(blocks, key=lambda b: b[0])
+        self.starts = [start for start, _ in self.blocks]
+
+    def fill(self, view: memoryview, pos: int) -> int:
+        end = pos + len(view)
+        i = bisect.bisect_right(self.starts, pos) - 1
+        if i >= 0 and end <= self.starts[i] + len(self.blocks[i][1]):
+            data = memoryview(self.blocks[i][1])[pos - self.starts[i]: end - self.starts[i]]
+        else:
+            data = memoryview(self.fs.cat_file(self.path, start=pos, end=end))
+        view[: len(data)] = data
+        return len(data)
