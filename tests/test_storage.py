@@ -96,3 +96,49 @@ def test_s3_store_on_the_real_test_server(bucket):
 
     info = store.arrow_filesystem().get_file_info(store.path("x/y.bin"))
     assert info.type == pafs.FileType.File and info.size == 10
+
+
+BACKEND_NAMES = {"LocalStore", "RemoteStore", "is_local", "looks_like_url", "scheme_of", "local_root",
+                 "local_file", "os_errors_name_files", "fsspec"}
+"""Names that would ask which backend a store is, or classify a location again."""
+
+
+def test_nothing_outside_io_asks_which_backend_it_holds():
+    """Issue #37 item 1: a ``Store`` is a seam, not a switch. No module outside ``tpuprep/io/`` names a
+    backend, imports fsspec or classifies a location itself: every decision is a method of the store
+    (found by ``ast``, so a docstring's example URL does not count)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "tpuprep"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.parent.name == "io" and path.parent.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Name):
+                names = {node.id}
+            elif isinstance(node, ast.Attribute):
+                names = {node.attr}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = {a.name.split(".")[0] for a in node.names} | {getattr(node, "module", None) or ""}
+            else:
+                continue
+            found += [f"{path.relative_to(package)}:{node.lineno}: {n}" for n in names & BACKEND_NAMES]
+    assert not found, found
+
+
+def test_the_backend_check_sees_a_planted_backend_test(tmp_path, monkeypatch):
+    """The check above fails on the slip it guards against (a caller testing ``isinstance(store,
+    LocalStore)``), planted in a copy of the package."""
+    import shutil
+
+    import test_storage
+
+    copy = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "tpuprep", copy / "tpuprep")
+    (copy / "tests").mkdir()
+    target = copy / "tpuprep" / "build.py"
+    target.write_text(target.read_text() + "\n\ndef _slip(store):\n    return isinstance(store, LocalStore)\n")
+    monkeypatch.setattr(test_storage, "__file__", str(copy / "tests" / "test_storage.py"))
+    with pytest.raises(AssertionError, match=r"build.py:\d+: LocalStore"):
+        test_storage.test_nothing_outside_io_asks_which_backend_it_holds()

@@ -99,15 +99,6 @@ def test_random_access_and_fetched_sources_read_the_files_bytes(store, tmp_path)
     assert store.holds_open_files == isinstance(store, LocalStore)
 
 
-def test_the_reader_has_no_local_or_remote_branch_of_its_own():
-    """Every ``is_local`` test of the reader became a Store method (issue #29 part 1)."""
-    folder = Path(__file__).resolve().parents[1] / "tpuprep" / "shards"
-    reader = ["reader.py", "records.py", "stored_codes.py", "shard_index.py", "shard_files.py", "loads.py",
-              "sampled.py", "scans.py", "pages.py"]
-    found = {name: (folder / name).read_text().count("is_local") for name in reader}
-    assert not any(found.values()), found
-
-
 def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
     denied = PermissionError(13, "Permission denied")
     local = str(resolve(tmp_path).failure(denied, str(tmp_path / "a.parquet")))

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .io.storage import local_path, shown
+from .io.storage import location, shown
 from .options import BuildOptions
 from .request import ClusterSpec
 
@@ -242,16 +242,13 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
 
 def _location(text: str | os.PathLike, base: Path) -> Path | str:
     """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
-    asks ``io.storage.local_path`` whether it is a URL or a path: an object-store URL stays a string
+    asks ``io.storage.location`` whether it is a URL or a path: an object-store URL stays a string
     (``s3:/b``, as click's Path type squeezes ``s3://b``, gets its ``//`` back); a path, or the
     absolute path a ``file:`` URL names, is a ``Path``, a relative one resolved against ``base`` (the
     run file's folder, or the current folder for an override). ``make_request`` then resolves either
     once. ``UsageError`` for a ``file:`` URL naming a host or a relative path."""
-    text = os.fspath(text)
-    p = local_path(text)
-    if p is None:
-        return text if "://" in text else text.replace(":/", "://", 1)
-    return p if p.is_absolute() else (base / p).resolve()
+    where = location(text)
+    return where if isinstance(where, str) or where.is_absolute() else (base / where).resolve()
 
 
 def _storage_options(path: Path, key: str, value: Any) -> Any:

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import shutil
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import FatalError, one_line
+from .archive import MemberView
 from .files import atomic_path, place, temporary_path
 from .locks import FileLock
-from .store import Entry, FileReplaced, FileTooLarge, NotARegularFile, NotConfined, Store
+from .store import Entry, FileReplaced, FileTooLarge, NotARegularFile, NotConfined, Opened, Store
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -38,7 +40,7 @@ class LocalStore(Store):
     # ----------------------------------------------------------------------------------------- naming
 
     def path(self, *parts: str) -> str:
-        return os.path.join(self.root, *parts)
+        return os.path.join(self.root, *(p for p in parts if p))
 
     def url(self, *parts: str) -> str:
         return self.path(*parts)
@@ -62,7 +64,7 @@ class LocalStore(Store):
         return os.path.lexists(self.root) and not os.path.isdir(self.root)
 
     def worker_paths(self, rel: str = "") -> tuple[str, ...]:
-        return (self.path(rel) if rel else self.root,)
+        return (self.path(rel),)
 
     def contains(self, other: Store) -> bool:
         """Compared by resolved path, then by device and inode (the same folder under another name)."""
@@ -98,6 +100,52 @@ class LocalStore(Store):
         if not os.path.exists(self.root):
             return "missing"
         return "folder" if os.path.isdir(self.root) else "file" if os.path.isfile(self.root) else "other"
+
+    def open_input(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> Opened:
+        """The file opened once (no link followed, no FIFO waited on), its stamp from that open file
+        (``fstat``): size, hash and conversion all see this one inode; a member read in place
+        (``MemberView``: ``pread`` of the open archive)."""
+        fd, st = self._open_regular(rel)
+        if offset is None:
+            return _Input(io.FileIO(fd, "rb"))
+        if offset + size > st.st_size:
+            os.close(fd)
+            raise FileReplaced("the archive is shorter than when it was listed (changed?)")
+        return _Member(open(fd, "rb"), offset, size)
+
+    def open_scan(self, rel: str, size: int) -> BinaryIO:
+        fd, _ = self._open_regular(rel)
+        return open(fd, "rb")
+
+    def stamp(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> list | None:
+        """From ``lstat`` of the file (of the archive for a member, whose bytes must still be there)."""
+        try:
+            st = os.lstat(self.path(rel))
+        except OSError:
+            return None
+        if offset is None:
+            return [st.st_size, st.st_mtime_ns]
+        return [size, st.st_mtime_ns] if offset + size <= st.st_size else None
+
+    def _open_regular(self, rel: str) -> tuple[int, os.stat_result]:
+        """A descriptor of the regular file ``rel`` (blocking once opened) and its ``fstat``: opened
+        without following a link or blocking on a FIFO or device, checked on the open file."""
+        path = self.path(rel)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotARegularFile(path, "a symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotARegularFile(path, kind_of(st.st_mode))
+            os.set_blocking(fd, True)
+            return fd, st
+        except BaseException:
+            os.close(fd)
+            raise
 
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self.path(rel))
@@ -267,6 +315,21 @@ class LocalStore(Store):
 
     def fetched_source(self, name: Path | str, ranges: list[tuple[int, int]], size: int):
         return None
+
+
+class _Input(io.BufferedReader):
+    """A local input file opened once (``LocalStore.open_input``)."""
+
+    def stamp(self) -> list:
+        st = os.fstat(self.fileno())
+        return [st.st_size, st.st_mtime_ns]
+
+
+class _Member(MemberView):
+    """A member of a local tar archive, read in place (``LocalStore.open_input``)."""
+
+    def stamp(self) -> list:
+        return [self.size, os.fstat(self.archive.fileno()).st_mtime_ns]
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import FatalError
 from .locks import LeaseLock
@@ -29,6 +29,7 @@ from .store import (
     FileTooLarge,
     NotARegularFile,
     NotConfined,
+    Opened,
     Store,
     library_error,
     request_failure,
@@ -54,6 +55,7 @@ class RemoteStore(Store):
     # ----------------------------------------------------------------------------------------- naming
 
     def path(self, *parts: str) -> str:
+        parts = tuple(p for p in parts if p)
         return posixpath.join(self.root, *parts) if parts else self.root
 
     def url(self, *parts: str) -> str:
@@ -144,6 +146,22 @@ class RemoteStore(Store):
 
     def peek(self) -> None:
         return None
+
+    def open_input(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> Opened:
+        """One GET into memory: the whole object (a grown one is seen), or a member's range."""
+        end = None if offset is None else offset + size
+        data = self.fs.cat_file(self.path(rel), start=offset, end=end)
+        if len(data) != size:
+            raise FileReplaced(f"is {len(data)} bytes, it was {size} when listed (changed?)")
+        return _Fetched(data, version)
+
+    def open_scan(self, rel: str, size: int) -> BinaryIO:
+        """Read ahead in blocks of 1 MiB (a tar archive's headers: a few ranged reads)."""
+        return self.fs.open(self.path(rel), "rb", block_size=1 << 20, cache_type="readahead")
+
+    def stamp(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> list:
+        """The listed version: no request per file (the build's own listing is fresh)."""
+        return [size, version]
 
     def exists(self, rel: str) -> bool:
         return bool(self.fs.exists(self.path(rel)))
@@ -284,6 +302,17 @@ class RemoteStore(Store):
             if isinstance(block, BaseException):
                 raise block
         return blocks
+
+
+class _Fetched(io.BytesIO):
+    """An input's bytes fetched by ``RemoteStore.open_input``: they cannot change while it is read."""
+
+    def __init__(self, data: bytes, version: int | str):
+        super().__init__(data)
+        self.size, self.version = len(data), version
+
+    def stamp(self) -> list:
+        return [self.size, self.version]
 
 
 def object_version(meta: dict) -> str:

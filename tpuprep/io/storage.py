@@ -1,5 +1,5 @@
 """``resolve``: what the user typed (a folder, a file, a URL) → the ``Store`` where tpuprep reads and writes
-it — the only factory of stores, and ``local_path`` the only place a location is classified.
+it — the only factory of stores, and ``location`` the only place a location is classified.
 
 ``resolve(target, storage_options)`` is called once per command for ``--src`` and once for ``--dst``
 (and once per ``open_dataset``), and the store is passed along, never the string (like pyarrow's
@@ -38,9 +38,11 @@ def _scheme(text: str) -> str | None:
     return match.group(1).lower()
 
 
-def local_path(target: str | os.PathLike, what: str = "path") -> Path | None:
-    """The local path ``target`` names — itself, or the path of a ``file:`` URL (``file:///x``,
-    ``file:/x``) — or None for the URL of an object store. ``what`` names the argument in errors.
+def location(target: str | os.PathLike, what: str = "path") -> Path | str:
+    """What ``target`` names, classified: a local ``Path`` (a path as given, or the absolute path a
+    ``file:`` URL names: ``file:///x``, ``file:/x``), or the URL of an object store as a ``str``
+    (``s3:/b``, as pathlib and click's Path type squeeze ``s3://b``, gets its ``//`` back). ``what``
+    names the argument in errors.
 
     ``UsageError`` for a file URL that names a host (``file://tmp/x`` would silently mean ``/x``) or
     a relative path (``file:out``: a file URL names an absolute path; ``./file:out`` is the folder of
@@ -53,12 +55,18 @@ def local_path(target: str | os.PathLike, what: str = "path") -> Path | None:
                              f"or give the path itself (./{text} is a folder of that name)")
         return Path(text)
     if scheme != "file":
-        return None
+        return text if "://" in text else text.replace(":/", "://", 1)
     parts = urlsplit(text)
     if parts.netloc not in ("", "localhost"):
         raise UsageError(f"{what} {text}: a file URL names no host (file:///path, or the path itself); "
                          f"{parts.netloc!r} would be dropped")
     return Path(parts.path)
+
+
+def local_path(target: str | os.PathLike, what: str = "path") -> Path | None:
+    """The local path ``target`` names (``location``), or None for the URL of an object store."""
+    where = location(target, what)
+    return where if isinstance(where, Path) else None
 
 
 def shown(location: str | os.PathLike) -> str:
@@ -89,13 +97,11 @@ def resolve(target: str | os.PathLike, storage_options: dict | None = None, *, w
     A local store is rooted at the absolute path (``~`` expanded; links kept: ``Store.resolved``
     follows them); its ``display`` is the path as given."""
     text = os.fspath(target)
-    path = local_path(text, what)
-    if path is not None:
-        return LocalStore(root=str(path.expanduser().absolute()), display=str(path) if _scheme(text) else text)
-    scheme = _scheme(text)
-    if "://" not in text:
-        text = text.replace(":/", "://", 1)
-    cls = filesystem_class(scheme, f"{what} {without_credentials(text)}")
+    where = location(text, what)
+    if isinstance(where, Path):
+        return LocalStore(root=str(where.expanduser().absolute()), display=str(where) if _scheme(text) else text)
+    scheme = _scheme(where)
+    cls = filesystem_class(scheme, f"{what} {without_credentials(where)}")
     fs = cls(**(storage_options or {}))
-    return RemoteStore(root=cls._strip_protocol(text).rstrip("/"), display=without_credentials(text), fs=fs,
+    return RemoteStore(root=cls._strip_protocol(where).rstrip("/"), display=without_credentials(where), fs=fs,
                        protocol=scheme, options=storage_options or None)

@@ -24,7 +24,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import FatalError, UsageError
@@ -51,7 +51,8 @@ class Store(ABC):
 
     @abstractmethod
     def path(self, *parts: str) -> str:
-        """The store path of ``parts`` below the root (locally an absolute path, remotely ``bucket/key``)."""
+        """The store path of ``parts`` below the root (locally an absolute path, remotely ``bucket/key``;
+        empty parts are left out: ``path("")`` is the root)."""
 
     @abstractmethod
     def url(self, *parts: str) -> str:
@@ -155,6 +156,28 @@ class Store(ABC):
         """What the root is when that is known without a request: ``"folder"``, ``"file"``,
         ``"missing"`` or ``"other"``; None when only a request (a listing) can tell (an object store)."""
 
+    @abstractmethod
+    def open_input(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> Opened:
+        """The bytes of the file ``rel`` (the root when "") listed with ``size`` and ``version``, to be
+        read once: the whole file (``offset`` None), or ``size`` bytes from ``offset`` (a tar member). A
+        seekable binary file the caller closes, whose ``stamp()`` is [size, version] of what it reads,
+        as it is now. Locally opened once without following a link or waiting on a FIFO and read in
+        place; remotely fetched by one (ranged) read. ``FileNotFoundError`` (gone), ``NotARegularFile``
+        (something else there now), ``FileReplaced`` (shorter than listed, or not the version listed);
+        another failure as the backend raises it."""
+
+    @abstractmethod
+    def open_scan(self, rel: str, size: int) -> BinaryIO:
+        """The file ``rel`` (``size`` bytes) opened for a scan of its structure, a little at a time and
+        seeking past the rest (a tar archive's headers): locally as ``open_input``, remotely read ahead
+        in blocks (each block one ranged read). Errors as ``open_input``."""
+
+    @abstractmethod
+    def stamp(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> list | None:
+        """``open_input``'s stamp of the same bytes as they are now, without opening them; None when they
+        are gone. Locally from ``lstat``; remotely the ``version`` listed (a new listing is what tells
+        a change)."""
+
     def listing(self) -> list[str]:
         """Every file (object) below the root as sorted relative POSIX paths (fresh; locally every entry
         that is not a folder: regular files, links (none followed), FIFOs, sockets and devices)."""
@@ -230,6 +253,17 @@ class Store(ABC):
     @abstractmethod
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """The same storage as a pyarrow filesystem."""
+
+
+class Opened(Protocol):
+    """What ``Store.open_input`` returns: a seekable binary file that knows what it reads."""
+
+    def read(self, size: int = -1) -> bytes: ...
+    def seek(self, pos: int, whence: int = 0) -> int: ...
+    def close(self) -> None: ...
+
+    def stamp(self) -> list:
+        """[size in bytes, version] of the bytes this file reads, as they are now."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,7 +121,7 @@ def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _P
         batches = plan_batches(todo)
         futures = []
         for batch in batches:
-            files = dict.fromkeys(f for k in batch if (f := todo[k][0].local_file))
+            files = dict.fromkeys(f for k in batch for f in todo[k][0].worker_paths)
             futures.append(runner.submit(verify_batch, str(ds.root), [todo[k] for k in batch], ds.storage_options,
                                          paths=(*files, *local)))
     except BaseException:
