@@ -99,7 +99,7 @@ def test_s3_store_on_the_real_test_server(bucket):
 
 
 BACKEND_NAMES = {"LocalStore", "RemoteStore", "is_local", "looks_like_url", "scheme_of", "local_root",
-                 "local_file", "os_errors_name_files", "fsspec"}
+                 "local_file", "reads_are_requests", "holds_open_files", "os_errors_name_files", "fsspec"}
 """Names that would ask which backend a store is, or classify a location again."""
 
 

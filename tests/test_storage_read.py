@@ -286,7 +286,7 @@ def test_a_prefetched_file_serves_its_ranges_and_fetches_the_rest(bucket):
     data = bytes(range(256)) * 40  # 10,240 bytes
     with store.open("blob", "wb") as fh:
         fh.write(data)
-    f = store.open_prefetched(store.url("blob"), [(100, 300), (5000, 5100)], len(data))
+    f = store.open_shard_file("blob").prefetched([(100, 300), (5000, 5100)])
     for start, n in ((100, 200), (150, 10), (5000, 100), (0, 50), (250, 100), (10_200, 100), (4990, 20)):
         f.seek(start)
         assert f.read(n) == data[start:start + n], (start, n)

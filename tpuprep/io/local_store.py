@@ -25,7 +25,16 @@ from ..errors import FatalError, one_line
 from .archive import MemberView
 from .files import atomic_path, place, temporary_path
 from .locks import FileLock
-from .store import Entry, FileReplaced, FileTooLarge, NotARegularFile, NotConfined, Opened, Store
+from .store import (
+    Entry,
+    FileReplaced,
+    FileTooLarge,
+    NotARegularFile,
+    NotConfined,
+    Opened,
+    ShardFile,
+    Store,
+)
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -260,19 +269,11 @@ class LocalStore(Store):
 
         return pafs.LocalFileSystem()
 
-    # ---------------------------------------------------------------------------------- reading
+    # ------------------------------------------------------------------------------------- shards
 
-    @property
-    def reads_are_requests(self) -> bool:
-        return False
-
-    @property
-    def holds_open_files(self) -> bool:
-        return True
-
-    def confined_file(self, rel: str) -> tuple[Path, int]:
-        """Its real path (symbolic links resolved), which must stay below the root's real path and be a
-        regular file, and its size."""
+    def open_shard_file(self, rel: str) -> LocalShardFile:
+        """Its real path (symbolic links resolved), which must stay below the root's real path and be
+        a regular file, opened once and pinned by device, inode, size, mtime and ctime."""
         top = Path(self.root).resolve()
         try:
             real = (top / rel).resolve(strict=True)
@@ -282,39 +283,61 @@ class LocalStore(Store):
             raise NotConfined(f"cannot be resolved: {' '.join(str(exc).split())}") from None
         if not real.is_relative_to(top):
             raise NotConfined(f"leads outside the shard folder (to {real}) through a symbolic link")
-        st = os.lstat(real)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.lstat(real).st_mode):
             raise NotConfined("is not a regular file")
-        return real, st.st_size
+        try:
+            return LocalShardFile(real)
+        except FileNotFoundError:
+            raise NotConfined("the file does not exist") from None
+        except OSError as exc:
+            raise self.failure(exc, str(real)) from None
 
-    def open_random_access(self, name: Path | str, size: int | None = None):
+
+class LocalShardFile(ShardFile):
+    """A local file opened once (``pyarrow.OSFile``: pyarrow reads this descriptor natively, ``pread``
+    reads it too), pinned by (device, inode, size, mtime ns, ctime ns) of the open file: a file
+    rewritten in place (``cp`` over it, ``rsync --inplace``, even with its mtime put back: the ctime
+    moves, and nobody can set it back) or replaced under its name (a rename, a new build) is refused
+    by ``verify``."""
+
+    def __init__(self, real: Path):
         import pyarrow as pa
 
-        return pa.OSFile(os.fspath(name), "r")
+        self.name = real
+        self._file = pa.OSFile(os.fspath(real), "r")
+        st = os.fstat(self._file.fileno())
+        self.size, self._pin = st.st_size, _pin(st)
+        self._check_name()  # the name still leads to the file opened (not swapped while it was opened)
 
-    def identity(self, name: Path | str) -> tuple[int, int, int, int] | None:
+    def source(self):
+        return self._file
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        fd = self._file.fileno()
+        blocks = [os.pread(fd, end - start, start) for start, end in ranges]
+        self.verify()  # after the reads: a write that began before this check changed the ctime already
+        return blocks
+
+    def verify(self) -> None:
+        self._check_name()  # first: a file replaced under its name changes the old one's ctime too (unlink)
+        if _pin(os.fstat(self._file.fileno())) != self._pin:
+            raise FileReplaced(f"{self.name} was rewritten after it was opened")
+
+    def _check_name(self) -> None:
         try:
-            st = os.stat(name)
+            st = os.stat(self.name)
         except OSError:
-            return None
-        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+            raise FileReplaced(f"{self.name} no longer exists") from None
+        if (st.st_dev, st.st_ino) != self._pin[:2]:
+            raise FileReplaced(f"{self.name} was replaced after it was opened")
 
-    def read_ranges(self, name: Path | str, ranges: list[tuple[int, int]], *, size: int, footer_length: int,
-                    identity: tuple[int, int, int, int] | None) -> list[bytes]:
-        try:
-            fd = os.open(name, os.O_RDONLY | _O_CLOEXEC)
-        except OSError as exc:
-            raise FileReplaced(f"{name} cannot be opened again: {exc.strerror}") from None
-        try:
-            st = os.fstat(fd)
-            if identity is None or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != identity:
-                raise FileReplaced(f"{name} was replaced after its footer was read")
-            return [os.pread(fd, end - start, start) for start, end in ranges]
-        finally:
-            os.close(fd)
+    def close(self) -> None:
+        self._file.close()
 
-    def fetched_source(self, name: Path | str, ranges: list[tuple[int, int]], size: int):
-        return None
+
+def _pin(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What identifies one version of a local file: device, inode, size, mtime and ctime (ns)."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class _Input(io.BufferedReader):

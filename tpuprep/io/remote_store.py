@@ -30,6 +30,7 @@ from .store import (
     NotARegularFile,
     NotConfined,
     Opened,
+    ShardFile,
     Store,
     library_error,
     request_failure,
@@ -240,68 +241,124 @@ class RemoteStore(Store):
 
         return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
 
-    # ---------------------------------------------------------------------------------- reading
+    # ------------------------------------------------------------------------------------- shards
 
-    @property
-    def reads_are_requests(self) -> bool:
-        return True
-
-    @property
-    def holds_open_files(self) -> bool:
-        return False
-
-    def confined_file(self, rel: str) -> tuple[str, int]:
+    def open_shard_file(self, rel: str) -> RemoteShardFile:
+        """The object's size and version (ETag, generation …) from one info request: every later read
+        is of that version."""
         url = self.url(rel)
         try:
             info = self.fs.info(self.path(rel))
         except FileNotFoundError:
             raise NotConfined("the file does not exist") from None
-        except OSError as exc:
+        except Exception as exc:  # botocore's errors are not all OSErrors
+            if not library_error(exc):
+                raise
             raise self.failure(exc, url) from None
         if info.get("type") != "file":
             raise NotConfined("is not a file")
-        return url, int(info["size"])
+        return RemoteShardFile(self, url, int(info["size"]), object_version(info))
 
-    def open_random_access(self, name: Path | str, size: int | None = None):
-        kwargs = {"size": size} if size is not None else {}
-        return self.open_url(str(name), "rb", cache_type="none", **kwargs)
-
-    def identity(self, name: Path | str) -> None:
-        return None
-
-    def read_ranges(self, name: Path | str, ranges: list[tuple[int, int]], *, size: int, footer_length: int,
-                    identity: tuple[int, int, int, int] | None) -> list[bytes]:
-        url = str(name)
-        tail = footer_length.to_bytes(4, "little") + b"PAR1"
+    def get_ranges(self, rel: str, ranges: list[tuple[int, int]], version: str = "") -> list[bytes]:
+        """The bytes of each range [start, end) of the object ``rel``, fetched at once (one ranged GET
+        each, concurrently on an async filesystem such as s3fs), all of the object's ``version`` when
+        given: on S3 every GET is conditional on it (``If-Match``: no extra request); elsewhere one info
+        request after the GETs compares it. ``FileReplaced`` when the object is gone, shorter, or
+        another version; another failure is the store's one line."""
+        url = self.url(rel)
         try:
-            *blocks, last = self.cat_ranges(url, [*ranges, (size - 8, size)])
+            if version and _conditional(self.fs):
+                return _if_match(self.fs, self.path(rel), ranges, version)
+            blocks = self.fs.cat_ranges([self.path(rel)] * len(ranges), [a for a, _ in ranges],
+                                        [b for _, b in ranges])
+            for block in blocks:
+                if isinstance(block, BaseException):
+                    raise block
+            if version:
+                self.check_version(rel, version)
+            return blocks
+        except FileReplaced:
+            raise
         except FileNotFoundError:
             raise FileReplaced(f"{url} no longer exists") from None
-        except OSError as exc:  # ranges of the footer read at open, past the object's end now
-            if exc.errno == errno.EINVAL and "range" in str(exc).lower():
-                raise FileReplaced(f"{url} is shorter than the object whose footer was read") from None
+        except Exception as exc:  # botocore's NoCredentialsError ...
+            if not library_error(exc):
+                raise
+            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "pre-condition" in str(exc):
+                raise FileReplaced(f"{url} was replaced after it was opened (another ETag)") from None
+            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                raise FileReplaced(f"{url} is shorter than when it was opened") from None
             raise self.failure(exc, url) from None
-        except Exception as exc:  # botocore's NoCredentialsError ...: the store's one line
-            raise self.failure(exc, url) from None
-        if last != tail:
-            raise FileReplaced(f"{url} is no longer the object whose footer was read")
-        return blocks
 
-    def fetched_source(self, name: Path | str, ranges: list[tuple[int, int]], size: int):
-        return self.open_prefetched(str(name), ranges, size)
+    def check_version(self, rel: str, version: str) -> None:
+        """``FileReplaced`` unless the object ``rel`` is still of ``version`` (one info request)."""
+        try:
+            now = object_version(self.fs.info(self.path(rel), refresh=True))
+        except FileNotFoundError:
+            raise FileReplaced(f"{self.url(rel)} no longer exists") from None
+        if now != version:
+            raise FileReplaced(f"{self.url(rel)} was replaced after it was opened (another version)")
 
-    def open_prefetched(self, url: str, ranges: list[tuple[int, int]], size: int) -> io.RawIOBase:
-        path = self.fs._strip_protocol(url)
-        blocks = self.cat_ranges(url, ranges)
-        return _Prefetched(self.fs, path, size, [(a, b) for (a, _), b in zip(ranges, blocks, strict=True)])
 
-    def cat_ranges(self, url: str, ranges: list[tuple[int, int]]) -> list[bytes]:
-        path = self.fs._strip_protocol(url)
-        blocks = self.fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
-        for block in blocks:
-            if isinstance(block, BaseException):
-                raise block
-        return blocks
+class RemoteShardFile(ShardFile):
+    """An object of a ``RemoteStore`` pinned to the version (ETag, generation …) it had when opened."""
+
+    def __init__(self, store: RemoteStore, url: str, size: int, version: str):
+        self.store, self.name, self.size, self.version = store, url, size, version
+        self.rel = store.fs._strip_protocol(url)[len(store.root.rstrip("/")) + 1:]
+        self._checked = _conditional(store.fs) or not version  # reads need no separate check
+
+    def source(self) -> _Window:
+        return _Window(self, [])
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return self.store.get_ranges(self.rel, ranges, self.version)
+
+    def prefetched(self, ranges: list[tuple[int, int]]) -> _Window:
+        return _Window(self, list(zip([a for a, _ in ranges], self.read_ranges(ranges), strict=True)))
+
+    def fetch(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) for a read of ``source``: conditional on S3, unchecked (``verify``) elsewhere."""
+        if self._checked:
+            return self.read_ranges([(start, end)])[0]
+        return self.store.get_ranges(self.rel, [(start, end)])[0]
+
+    def verify(self) -> None:
+        if not self._checked:
+            self.store.check_version(self.rel, self.version)
+
+    def close(self) -> None:
+        """Nothing is held open."""
+
+
+def _conditional(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` makes ranged GETs conditional on an ETag (s3fs: ``If-Match``)."""
+    return callable(getattr(fs, "_call_s3", None))
+
+
+def _if_match(fs: fsspec.AbstractFileSystem, path: str, ranges: list[tuple[int, int]], etag: str) -> list[bytes]:
+    """One ranged ``GetObject`` per range, concurrently, each conditional on ``etag`` (``If-Match``: S3
+    answers 412, which s3fs raises as ``OSError(EINVAL, "... pre-conditions ...")``)."""
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(path)
+
+    async def get(start: int, end: int) -> bytes:
+        if end <= start:
+            return b""
+        resp = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                 IfMatch=etag)
+        try:
+            return await resp["Body"].read()
+        finally:
+            resp["Body"].close()
+
+    async def every() -> list[bytes]:
+        return await asyncio.gather(*(get(a, b) for a, b in ranges))
+
+    return sync(fs.loop, every)
 
 
 class _Fetched(io.BytesIO):
@@ -324,13 +381,14 @@ def object_version(meta: dict) -> str:
     return ""
 
 
-class _Prefetched(ByteWindow):
-    """A seekable read-only view of a remote file of which some byte ranges are already in memory
-    (``RemoteStore.open_prefetched``); other reads fetch exactly what they ask for."""
+class _Window(ByteWindow):
+    """A seekable read-only view of a ``RemoteShardFile`` (for pyarrow), some of whose byte ranges are
+    already in memory (``prefetched``); any other read fetches exactly what it asks for (one ranged
+    request of the pinned version)."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int, blocks: list[tuple[int, bytes]]):
-        super().__init__(size)
-        self.fs, self.path = fs, path
+    def __init__(self, shard: RemoteShardFile, blocks: list[tuple[int, bytes]]):
+        super().__init__(shard.size)
+        self.shard = shard
         self.blocks = sorted(blocks, key=lambda b: b[0])
         self.starts = [start for start, _ in self.blocks]
 
@@ -340,6 +398,6 @@ class _Prefetched(ByteWindow):
         if i >= 0 and end <= self.starts[i] + len(self.blocks[i][1]):
             data = memoryview(self.blocks[i][1])[pos - self.starts[i]: end - self.starts[i]]
         else:
-            data = memoryview(self.fs.cat_file(self.path, start=pos, end=end))
+            data = memoryview(self.shard.fetch(pos, end))
         view[: len(data)] = data
         return len(data)

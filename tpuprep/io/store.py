@@ -183,6 +183,16 @@ class Store(ABC):
         that is not a folder: regular files, links (none followed), FIFOs, sockets and devices)."""
         return [e.rel for e in self.walk() if e.kind not in ("folder", "unlisted")]
 
+    # ------------------------------------------------------------------------------------- shards
+
+    @abstractmethod
+    def open_shard_file(self, rel: str) -> ShardFile:
+        """The file ``rel`` (a relative POSIX path without ``..``) opened for random-access reads and
+        pinned to the very file or object found there now (``ShardFile``). ``NotConfined`` naming the
+        problem unless it is a file inside the root (locally: its real path, links resolved, stays
+        below the root's and is a regular file; remotely: an object, not a prefix); a refused request
+        is the store's one line (``failure``)."""
+
     @abstractmethod
     def exists(self, rel: str) -> bool:
         """Whether anything (also a link, which is not followed) is at ``rel``."""
@@ -253,6 +263,47 @@ class Store(ABC):
     @abstractmethod
     def arrow_filesystem(self) -> pyarrow.fs.FileSystem:
         """The same storage as a pyarrow filesystem."""
+
+
+class ShardFile(ABC):
+    """A file or object a reader opened, pinned to that very version: every read returns its bytes or
+    raises ``FileReplaced`` (the file was replaced, rewritten in place, shortened or removed since it
+    was opened), never the bytes of another file or object put under its name.
+
+    ``name``: how it is named in errors (locally its real path, remotely its URL); ``size``: its size in
+    bytes when it was opened. Reads through ``source`` (pyarrow's) are checked by ``verify`` after them;
+    ``read_ranges`` checks its own.
+    """
+
+    name: Path | str
+    size: int
+
+    @abstractmethod
+    def source(self) -> Any:
+        """What ``pyarrow.parquet.ParquetFile`` reads the footer and row groups from (locally the open
+        file itself, native reads; remotely a file object whose every read is one ranged request of
+        exactly those bytes). Call ``verify`` after reading through it."""
+
+    @abstractmethod
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each range [start, end), read at once (locally ``pread``s, remotely one
+        concurrent ranged request each), checked to come from the pinned version."""
+
+    def prefetched(self, ranges: list[tuple[int, int]]) -> Any | None:
+        """A source like ``source()`` with these ranges fetched at once, for a read of a few row groups
+        (remotely one round trip instead of one per row group); None where nothing is gained (a local
+        file: read ``source()``). Call ``verify`` after reading through it."""
+        return None
+
+    @abstractmethod
+    def verify(self) -> None:
+        """``FileReplaced`` unless what was read through ``source``/``prefetched`` came from the pinned
+        version (locally: the open file and the file at ``name`` are still it; remotely every read is
+        conditional on it where the store allows, else one request asks)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Let the file go (a local descriptor; nothing for an object)."""
 
 
 class Opened(Protocol):

@@ -24,7 +24,7 @@ from .schema import table_schema
 def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
     """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet).
     ``source``: what to read instead of ``path`` (a remote shard's file object,
-    ``Store.open_ranged``); ``path`` then only names it, and a denied read is the store's one line."""
+    ``ShardFile.source``); ``path`` then only names it, and a denied read is the store's one line."""
     try:
         return pq.ParquetFile(path if source is None else source, page_checksum_verification=True)
     except PermissionError as exc:

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import resolve
-from ..io.store import Store
+from ..io.store import ShardFile, Store
 from ..tpugraphs import graph_fold
 from . import arguments, pages
 from .derived import safe_normalizer, sample_rows, unique_config_columns
@@ -65,13 +65,13 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
         self.root: Path | str = self.store.location  # a local folder keeps the name it was given
         self.manifest_path: Path | str = self.store.location_of(MANIFEST)
         self.manifest = read_manifest(self.store)
-        self._sizes: dict[str, int] = {}  # shard path (from shard_path) -> its size in bytes
+        self._pins: dict[int, ShardFile] = {}  # manifest shard index -> its file, opened and pinned
+        self._named: dict[str, ShardFile] = {}  # shard path (from shard_path) -> its pinned file
         self._ids: dict[str, str | None] = {}  # shard path (from shard_path) -> its manifest entry's shard_id
         self._indexes: dict[tuple[str, str], ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
-        self._files: dict[Path | str, pq.ParquetFile] = {}
-        self._inodes: dict[Path | str, tuple[int, int, int, int] | None] = {}  # Store.identity of _files' files
+        self._files: dict[Path | str, pq.ParquetFile] = {}  # footers read once, through the pinned files
         self._chunks: dict[tuple[Path | str, int], pages.Chunk] = {}  # codes chunks of sampled row groups
         self._ties: dict[str, np.ndarray] = {}
         self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
