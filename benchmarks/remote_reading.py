@@ -5,10 +5,10 @@
 counts every S3 request s3fs sends (and the bytes of each ranged GET) while it samples 64 configs of
 the graph with the most unique configs, through three ways of reading a remote shard:
 
-- ``prefetch``: what the reader uses: footers through ``Store.open_ranged`` (an fsspec file without
-  read-ahead: one ranged GET per read), the sampled row groups' column chunks fetched at once and
-  concurrently (``Store.open_prefetched``);
-- ``ranged``: ``Store.open_ranged`` for everything (pyarrow's reads of the sampled row groups one GET
+- ``prefetch``: what the reader uses: footers through ``ShardFile.source`` (one ranged GET of the pinned
+  version per read, no read-ahead), the sampled row groups' column chunks fetched at once and
+  concurrently (``ShardFile.read_ranges`` / ``prefetched``);
+- ``ranged``: ``ShardFile.source`` for everything (pyarrow's reads of the sampled row groups one GET
   after the other);
 - ``arrow-filesystem``: ``pq.ParquetFile(path, filesystem=Store.arrow_filesystem())`` (pyarrow's
   ``PyFileSystem`` over the same fsspec filesystem, whose files read ahead by its block size).
@@ -104,7 +104,7 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
 
         Dataset.open_shard = open_shard
     if mode != "prefetch":
-        def read_sampled(self, path, rgs, columns):
+        def read_sampled(self, path, rgs, graph_id, columns):
             return read_row_groups(self._parquet(path), path, rgs, columns, use_threads=False)
 
         Dataset._read_sampled = read_sampled

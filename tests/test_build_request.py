@@ -19,9 +19,13 @@ from s3server import upload_folder
 
 import tpuprep.build
 import tpuprep.inputs
+import tpuprep.io.storage
 import tpuprep.request
 from tpuprep.cli import main
 from tpuprep.inputs import MissingSource, Source, discover, resolve_source
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.remote_store import RemoteStore
+from tpuprep.io.store import Store
 from tpuprep.options import BuildOptions
 from tpuprep.request import BuildRequest, ClusterSpec, cluster_of_flags, make_request
 
@@ -78,7 +82,7 @@ def test_the_cli_and_a_run_file_make_equal_requests_for_a_local_folder(tree, tmp
     cli, from_file = requests
     assert cli == from_file
     assert cli.source == Source(cli.source.store, "folder") and cli.source.location == tree.resolve()
-    assert cli.destination.root == str(dst.resolve()) and cli.destination.is_local
+    assert cli.destination.root == str(dst.resolve()) and isinstance(cli.destination, LocalStore)
     assert cli.options == BuildOptions(hops=2, compression_level=5)
     assert (cli.collections, cli.splits, cli.dry_run) == (("layout",), ("train", "valid"), True)
     assert cli.cluster == ClusterSpec("local", workers=2)
@@ -107,8 +111,8 @@ def test_the_cli_and_a_run_file_make_equal_requests_for_a_bucket(tree, tmp_path,
     # one worker follows DASK_SCHEDULER_ADDRESS when it is set, a run file's serial cluster does not
     assert cli.cluster == ClusterSpec("serial", scheduler_from_env=True) != from_file.cluster
     assert BuildRequest(**{**cli.__dict__, "cluster": from_file.cluster}) == from_file
-    assert not cli.source.is_local and cli.source.location == src and cli.source.kind is None
-    assert cli.destination.display == dst and cli.destination.protocol == "s3"
+    assert isinstance(cli.source.store, RemoteStore) and cli.source.location == src and cli.source.kind is None
+    assert cli.destination.display == dst and cli.destination.url() == dst
 
 
 def test_command_flags_and_run_file_tables_name_the_same_runners():
@@ -153,7 +157,7 @@ def test_both_commands_are_refused_with_the_same_line(tree, case):
 
 def test_the_overlap_check_lives_in_make_request_alone(tree, monkeypatch):
     """A mutant of the one overlap test lets both commands through: no caller checks on its own."""
-    monkeypatch.setattr(tpuprep.request, "overlap", lambda a, b: False)
+    monkeypatch.setattr(Store, "overlaps", lambda self, other: False)
     base = tree.parent
     assert _cli("build", "--src", str(tree), "--dst", str(tree / "out"), "--dry-run").exit_code == 0
     run = _run_file(base, 'src = "npz"\ndst = "npz/out"\n[cluster]\ntype = "serial"\n')
@@ -172,7 +176,7 @@ def test_a_missing_src_is_found_once_and_named_by_each_command(tree, tmp_path):
 
 def test_resume_with_overwrite_is_refused_before_the_source_is_listed(tree, tmp_path, monkeypatch):
     listed = []
-    monkeypatch.setattr(tpuprep.inputs, "_local_entries", lambda *a: listed.append(a) or ([], []))
+    monkeypatch.setattr(LocalStore, "walk", lambda *a: listed.append(a) or [])
     line = _refusal(_cli("build", "--src", str(tree), "--dst", str(tmp_path / "out"), "--resume", "--overwrite"))
     assert line == "error: --resume and --overwrite exclude each other" and listed == []
 
@@ -214,7 +218,7 @@ def test_a_build_classifies_its_src_once(tree, tmp_path, monkeypatch):
 def test_discovery_of_a_source_resolves_nothing_again(tree, monkeypatch):
     source = resolve_source(tree)
     monkeypatch.setattr(tpuprep.inputs, "resolve", lambda *a, **k: pytest.fail("resolved again"))
-    monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
+    monkeypatch.setattr(tpuprep.io.storage, "location", lambda *a: pytest.fail("classified again"))
     inputs, refused = discover(source, ["layout"])
     assert [i.relpath for i in inputs] == [f"{L}/g1.npz", "layout/xla/random/valid/g2.npz"] and not refused
 
@@ -229,13 +233,14 @@ def _tar_of(tree: Path, path: Path) -> Path:
 @pytest.mark.parametrize("where", ["local", "bucket"])
 def test_inputs_are_opened_without_classifying_their_origin_again(tree, tmp_path, monkeypatch, request, where):
     """An archive member (local or in a bucket) is opened as its ``Source`` said at listing time: its
-    ``Origin`` carries whether it is remote, so no task decides it again from the URL's text."""
+    ``Origin`` carries its store, so no task resolves or classifies a location again (``io.storage.location``
+    is what every resolution goes through)."""
     tar = _tar_of(tree, tmp_path / "npz_all.tar")
     if where == "bucket":
         bucket = request.getfixturevalue("bucket")
         tar = upload_folder(tmp_path, bucket) + "/npz_all.tar"
     build_request = make_request(tar, tmp_path / "out")
-    monkeypatch.setattr(tpuprep.inputs, "scheme_of", lambda *a: pytest.fail("classified again"))
+    monkeypatch.setattr(tpuprep.io.storage, "location", lambda *a: pytest.fail("classified again"))
     report = tpuprep.build.build(build_request)
     assert len(report.converted) == 3 and not report.quarantined
     assert {r["archive"] for r in report.records} == {"npz_all.tar"}

@@ -18,7 +18,9 @@ import pytest
 
 from tpuprep.errors import FatalError, UsageError
 from tpuprep.io import locks
-from tpuprep.io.storage import Store, resolve
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.storage import resolve
+from tpuprep.io.store import Store
 from tpuprep.shards import destination
 from tpuprep.shards.layout import LOCK, MANIFEST
 
@@ -55,9 +57,9 @@ def test_contents_sorts_own_and_foreign_entries_the_same_on_every_backend(dst):
     assert got.held == {("tile:xla", "train"), ("layout:xla:random", "valid"), ("tile:xla", "test")}
     assert got.lock and not got.empty
     # a folder tpuprep does not create is foreign; a local one is not entered, so it is named once
-    foreign = {"notes.txt", "tile/xla/graphs/mine.parquet", "mydata/" if dst.is_local else "mydata/a.bin"}
+    foreign = {"notes.txt", "tile/xla/graphs/mine.parquet", "mydata/" if isinstance(dst, LocalStore) else "mydata/a.bin"}
     assert set(got.foreign) == foreign
-    if dst.is_local:
+    if isinstance(dst, LocalStore):
         assert got.dirs[0].count("/") >= got.dirs[-1].count("/")  # deepest first
         assert {"tile", "tile/xla", "tile/xla/graphs", ".tpuprep/parts/tile/xla/test"} <= set(got.dirs)
 
@@ -68,7 +70,7 @@ def test_clear_deletes_only_what_it_is_given_and_keeps_a_folder_something_was_pu
     _put(dst, ["layout/xla/random/configs/later.bin"])  # put there meanwhile: its folder stays
     destination.clear(dst, own.files, own.dirs)
     assert dst.listing() == ["layout/xla/random/configs/later.bin"]
-    if dst.is_local:
+    if isinstance(dst, LocalStore):
         assert not os.path.exists(dst.path("tile"))  # emptied own folders are gone
         assert sorted(os.listdir(dst.root)) == ["layout"]
 
@@ -98,7 +100,7 @@ def test_a_temporary_is_tpuprep_s_in_a_folder_and_foreign_in_a_bucket(dst):
     tmp = "tile/xla/graphs/.train-00000-of-00001.parquet.tmp-123"
     _put(dst, [tmp])
     got = destination.contents(dst)
-    assert (got.files, got.foreign) == (([tmp], []) if dst.is_local else ([], [tmp]))
+    assert (got.files, got.foreign) == (([tmp], []) if isinstance(dst, LocalStore) else ([], [tmp]))
 
 
 def test_selection_reads_the_manifest_on_every_backend(dst):
@@ -303,7 +305,7 @@ def test_a_dead_holder_on_this_host_is_stale_at_once():
 def test_a_local_dst_that_is_a_file_is_refused_and_a_bucket_prefix_beside_an_object_is_not(dst):
     from tpuprep.build import inspect_destination
 
-    if dst.is_local:
+    if isinstance(dst, LocalStore):
         os.makedirs(os.path.dirname(dst.root), exist_ok=True)
         with open(dst.root, "wb") as fh:
             fh.write(b"a file")

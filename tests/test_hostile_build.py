@@ -267,7 +267,7 @@ def test_does_not_look_like_url(text):
 
 
 @pytest.mark.parametrize(("which", "says"), [("--dst", "unknown storage scheme s3x://"),
-                                           ("--src", "--src: unknown storage scheme s3x://")])
+                                           ("--src", "--src s3x://bucket/out: unknown storage scheme s3x://")])
 def test_a_url_is_refused_and_nothing_is_written_locally(tmp_path, clean, monkeypatch, which, says):
     """URLs are read and written (tests/test_storage_sources.py, tests/test_storage_write.py), but an
     unknown scheme is one usage error line and nothing is written locally."""

@@ -494,14 +494,14 @@ def test_a_file_that_cannot_be_examined_is_refused_not_a_crash(tmp_path, monkeyp
     fails with EACCES for a non-root user: one refusal per file, the build goes on."""
     src = _tree(tmp_path / "npz")
     hidden = src / "tile" / "xla" / "train" / "t1.npz"
-    real = Path.lstat
+    real = os.lstat
 
-    def lstat(self):
-        if self == hidden:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def lstat(path, *args, **kwargs):
+        if os.fspath(path) == str(hidden):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "lstat", lstat)
+    monkeypatch.setattr(os, "lstat", lstat)
     dst = tmp_path / "shards"
     result = _run("build", "--src", str(src), "--dst", str(dst), "-q")
     assert result.exit_code == 3, result.output
@@ -547,23 +547,34 @@ def test_a_resume_with_raised_limits_converts_what_the_old_limits_refused(tmp_pa
 
 def test_a_link_whose_target_cannot_be_reached_is_not_called_dangling(tmp_path, monkeypatch):
     """Only a missing target makes a link dangling: EACCES or ELOOP on stat is another problem, and
-    a link removed between listing and stat is not a crash."""
+    a link removed between listing and stat is not a crash (``LocalStore.walk``'s entries)."""
     import errno as errno_
 
-    from tpuprep import inputs
+    from tpuprep.io.storage import resolve
 
     link = tmp_path / "l.npz"
     link.symlink_to(tmp_path / "missing.npz")
-    assert inputs._dangling(link) == str(tmp_path / "missing.npz")
+    store = resolve(tmp_path)
+
+    def entry():
+        (found,) = [e for e in store.walk() if e.rel == "l.npz"]
+        return found.kind, found.detail, found.target
+
+    assert entry() == ("link", "dangling", str(tmp_path / "missing.npz"))
     (tmp_path / "missing.npz").write_bytes(b"")
-    assert inputs._dangling(link) is None
+    assert entry() == ("link", "", "")
+    real_stat = os.stat
 
-    def denied(self, *a, **k):
-        raise PermissionError(errno_.EACCES, "Permission denied", str(self))
+    def denied(path, *a, **k):
+        if os.fspath(path) == str(link):
+            raise PermissionError(errno_.EACCES, "Permission denied", os.fspath(path))
+        return real_stat(path, *a, **k)
 
-    monkeypatch.setattr(Path, "stat", denied)
-    assert inputs._dangling(link) is None
+    monkeypatch.setattr(os, "stat", denied)
+    assert entry() == ("link", "", "")
     monkeypatch.undo()
-    gone = tmp_path / "gone.npz"
-    monkeypatch.setattr(Path, "stat", lambda self, *a, **k: (_ for _ in ()).throw(FileNotFoundError(self)))
-    assert inputs._dangling(gone) == "?"
+    (tmp_path / "missing.npz").unlink()
+    real_readlink = os.readlink
+    monkeypatch.setattr(os, "readlink", lambda path, *a, **k: (_ for _ in ()).throw(FileNotFoundError(path))
+                        if os.fspath(path) == str(link) else real_readlink(path, *a, **k))
+    assert entry() == ("link", "dangling", "?")  # removed between the listing and the readlink

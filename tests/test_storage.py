@@ -1,5 +1,7 @@
-"""The storage seam (tpuprep/io/storage.py): local paths stay plain paths, URLs get their fsspec
-filesystem, missing packages and unknown schemes are one clear usage error, credentials never shown."""
+"""The storage factory (tpuprep/io/storage.py): local paths stay plain paths (a ``LocalStore``), URLs get
+their fsspec filesystem (a ``RemoteStore``), ``local_path`` classifies a location once (file URLs with a
+host or a relative path refused), missing packages and unknown schemes are one clear usage error,
+credentials never shown."""
 
 from __future__ import annotations
 
@@ -9,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from tpuprep.errors import UsageError
-from tpuprep.io.storage import resolve, scheme_of, without_credentials
+from tpuprep.io.local_store import LocalStore
+from tpuprep.io.remote_store import RemoteStore
+from tpuprep.io.storage import local_path, resolve, shown
+from tpuprep.io.store import without_credentials
 
 
 def test_a_local_path_is_a_local_store_without_fsspec(tmp_path):
     store = resolve(tmp_path / "x")
-    assert store.is_local and store.fs is None
+    assert isinstance(store, LocalStore) and not hasattr(store, "fs")
     assert store.root == str(tmp_path / "x")
     assert store.path("a", "b.txt") == str(tmp_path / "x" / "a" / "b.txt")
     assert resolve("relative/dir").root == str(Path("relative/dir").absolute())
@@ -22,21 +27,40 @@ def test_a_local_path_is_a_local_store_without_fsspec(tmp_path):
 
 def test_file_urls_are_local_paths(tmp_path):
     store = resolve(f"file://{tmp_path}/d")
-    assert store.is_local and store.root == str(tmp_path / "d")
+    assert isinstance(store, LocalStore) and store.root == str(tmp_path / "d")
+    assert resolve(f"file:{tmp_path}/d").root == store.root  # file:/x is /x too
 
 
 def test_schemes_are_recognised_and_drive_letters_are_not():
-    assert scheme_of("s3://b/k") == "s3"
-    assert scheme_of("S3://b/k") == "s3"
-    assert scheme_of("s3:/b/k") == "s3"  # what pathlib makes of s3://b/k
-    assert scheme_of("C:/data") is None
-    assert scheme_of("/abs/path") is None
-    assert scheme_of("rel/s3:/x") is None
+    assert local_path("s3://b/k") is None
+    assert local_path("S3://b/k") is None
+    assert local_path("s3:/b/k") is None  # what pathlib makes of s3://b/k
+    assert local_path("C:/data") == Path("C:/data")
+    assert local_path("/abs/path") == Path("/abs/path")
+    assert local_path("rel/s3:/x") == Path("rel/s3:/x")
+    assert local_path("a:b") == Path("a:b") and local_path("./file:x") == Path("file:x")
+    assert local_path("file:///abs/x") == local_path("file:/abs/x") == local_path("FILE://localhost/abs/x") \
+        == Path("/abs/x")
+    assert shown("s3://KEY:SECRET@b/p?token=x") == "s3://b/p" and shown("/a/b?c") == "/a/b?c"
+
+
+@pytest.mark.parametrize("text", ["file:rel_dst", "file:./rel", "File:rel/x", "file:"])
+def test_a_relative_file_url_is_a_usage_error(text):
+    """``file:rel_dst`` is no name of a folder: a file URL names an absolute path (issue #36 item 4)."""
+    with pytest.raises(UsageError, match=rf"--dst {text}: a file URL names an absolute path"):
+        local_path(text, "--dst")
+    with pytest.raises(UsageError, match="a file URL names an absolute path"):
+        resolve(text, what="--dst")
+
+
+def test_a_file_url_naming_a_host_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"--src file://tmp/x: a file URL names no host"):
+        local_path("file://tmp/x", "--src")
 
 
 def test_memory_urls_get_an_fsspec_filesystem_and_round_trip():
     store = resolve("memory://tpuprep-test-store/root/")
-    assert not store.is_local and store.protocol == "memory"
+    assert isinstance(store, RemoteStore) and store.protocol == "memory"
     assert store.path("a.txt").endswith("tpuprep-test-store/root/a.txt")
     with store.open("a.txt", "wb") as fh:
         fh.write(b"hello")
@@ -47,13 +71,13 @@ def test_memory_urls_get_an_fsspec_filesystem_and_round_trip():
 
 
 def test_unknown_schemes_are_a_usage_error_naming_the_argument():
-    with pytest.raises(UsageError, match=r"--dst: unknown storage scheme nosuch://"):
+    with pytest.raises(UsageError, match=r"--dst nosuch://bucket/x: unknown storage scheme nosuch://"):
         resolve("nosuch://bucket/x", what="--dst")
 
 
 def test_a_missing_filesystem_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as if gcsfs were not installed
-    with pytest.raises(UsageError, match=r"--src: gs:// needs a package .*pip install 'tpuprep\[gcs\]'"):
+    with pytest.raises(UsageError, match=r"--src gs://bucket/npz: gs:// needs a package .*pip install 'tpuprep\[gcs\]'"):
         resolve("gs://bucket/npz", what="--src")
 
 
@@ -72,3 +96,49 @@ def test_s3_store_on_the_real_test_server(bucket):
 
     info = store.arrow_filesystem().get_file_info(store.path("x/y.bin"))
     assert info.type == pafs.FileType.File and info.size == 10
+
+
+BACKEND_NAMES = {"LocalStore", "RemoteStore", "is_local", "looks_like_url", "scheme_of", "local_root",
+                 "local_file", "reads_are_requests", "holds_open_files", "os_errors_name_files", "fsspec"}
+"""Names that would ask which backend a store is, or classify a location again."""
+
+
+def test_nothing_outside_io_asks_which_backend_it_holds():
+    """Issue #37 item 1: a ``Store`` is a seam, not a switch. No module outside ``tpuprep/io/`` names a
+    backend, imports fsspec or classifies a location itself: every decision is a method of the store
+    (found by ``ast``, so a docstring's example URL does not count)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "tpuprep"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.parent.name == "io" and path.parent.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Name):
+                names = {node.id}
+            elif isinstance(node, ast.Attribute):
+                names = {node.attr}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = {a.name.split(".")[0] for a in node.names} | {getattr(node, "module", None) or ""}
+            else:
+                continue
+            found += [f"{path.relative_to(package)}:{node.lineno}: {n}" for n in names & BACKEND_NAMES]
+    assert not found, found
+
+
+def test_the_backend_check_sees_a_planted_backend_test(tmp_path, monkeypatch):
+    """The check above fails on the slip it guards against (a caller testing ``isinstance(store,
+    LocalStore)``), planted in a copy of the package."""
+    import shutil
+
+    import test_storage
+
+    copy = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "tpuprep", copy / "tpuprep")
+    (copy / "tests").mkdir()
+    target = copy / "tpuprep" / "build.py"
+    target.write_text(target.read_text() + "\n\ndef _slip(store):\n    return isinstance(store, LocalStore)\n")
+    monkeypatch.setattr(test_storage, "__file__", str(copy / "tests" / "test_storage.py"))
+    with pytest.raises(AssertionError, match=r"build.py:\d+: LocalStore"):
+        test_storage.test_nothing_outside_io_asks_which_backend_it_holds()

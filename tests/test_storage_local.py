@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tpuprep.io.storage import Store, resolve
+from tpuprep.io.storage import resolve
+from tpuprep.io.store import Store
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -191,7 +192,7 @@ def test_a_stale_temporary_of_this_pid_does_not_stop_a_local_write(tmp_path, exc
 
 
 def test_a_local_read_never_follows_a_link_or_waits_on_a_fifo(tmp_path):
-    from tpuprep.io.storage import NotARegularFile
+    from tpuprep.io.store import NotARegularFile
 
     store = resolve(tmp_path / "root")
     store.makedirs()

@@ -20,6 +20,7 @@ from s3server import start_moto, stop_moto, upload_folder
 
 import tpuprep
 from tpuprep.errors import BadShards, FatalError
+from tpuprep.io.remote_store import RemoteStore
 from tpuprep.shards.layout import MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +76,7 @@ def _same_sample(a, b) -> None:
 
 def test_open_dataset_on_s3_reads_what_the_local_folder_holds(remote, synth_shards):
     local, ds = tpuprep.open_dataset(synth_shards), tpuprep.open_dataset(remote)
-    assert ds.root == remote and not ds.store.is_local
+    assert ds.root == remote and isinstance(ds.store, RemoteStore)
     assert ds.manifest == local.manifest and ds.graph_ids() == local.graph_ids()
     for gid in local.graph_ids():
         _same_record(ds.load_graph(gid), local.load_graph(gid))
@@ -285,7 +286,7 @@ def test_a_prefetched_file_serves_its_ranges_and_fetches_the_rest(bucket):
     data = bytes(range(256)) * 40  # 10,240 bytes
     with store.open("blob", "wb") as fh:
         fh.write(data)
-    f = store.open_prefetched(store.url("blob"), [(100, 300), (5000, 5100)], len(data))
+    f = store.open_shard_file("blob").prefetched([(100, 300), (5000, 5100)])
     for start, n in ((100, 200), (150, 10), (5000, 100), (0, 50), (250, 100), (10_200, 100), (4990, 20)):
         f.seek(start)
         assert f.read(n) == data[start:start + n], (start, n)

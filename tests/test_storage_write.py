@@ -81,12 +81,12 @@ def test_configs_shards_are_copied_inside_the_bucket_not_through_this_machine(bu
                                                                              monkeypatch):
     """The merge places each configs part by a server-side copy (its shard id is in its footer already):
     no configs part is downloaded, and no configs shard uploaded, by the coordinating process."""
-    from tpuprep.io.storage import Store
+    from tpuprep.io.remote_store import RemoteStore
 
     calls: list[tuple[str, str, str]] = []
 
     def spy(name: str):
-        real = getattr(Store, name)
+        real = getattr(RemoteStore, name)
 
         def call(self, a, b):
             calls.append((name, str(a), str(b)))
@@ -94,7 +94,7 @@ def test_configs_shards_are_copied_inside_the_bucket_not_through_this_machine(bu
         return call
 
     for name in ("get_file", "put_file", "copy"):
-        monkeypatch.setattr(Store, name, spy(name))
+        monkeypatch.setattr(RemoteStore, name, spy(name))
     url = f"{bucket}/server-side"
     build(tiny_src, url)
     assert objects(url) == tree_bytes(reference)
@@ -153,7 +153,7 @@ def test_missing_bucket_is_one_line_exit_1_and_writes_nothing(s3_env, tiny_src):
     done = run_cli("build", "--src", str(tiny_src), "--dst", url)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and url in lines[0] and "bucket tpuprep-no-such-bucket-for-sure does not exist" in lines[0]
+    assert len(lines) == 1 and url in lines[0] and "bucket s3://tpuprep-no-such-bucket-for-sure does not exist" in lines[0]
     assert "Traceback" not in done.stderr
     import fsspec
 

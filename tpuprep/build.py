@@ -26,16 +26,17 @@ import dataclasses
 import functools
 import json
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import limits
 from .convert import ConvertedGraph, convert_file
-from .errors import BadInput, FatalError, UsageError, one_line
+from .errors import BadInput, UsageError
 from .faults import checkpoint
 from .inputs import (
     InputFile,
+    Refused,
     Source,
     Stamp,
     Unplaced,
@@ -46,7 +47,7 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.files import sha256_stream
-from .io.storage import NotARegularFile, Store, without_credentials
+from .io.store import NotARegularFile, Store
 from .options import BuildOptions
 from .request import BuildRequest, make_request
 from .shards import destination
@@ -325,28 +326,11 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dic
     return done
 
 
-def _relative(path: str | Path | None, src: Path | str) -> str:
-    """How a discovered entry is named in records: relative to ``src`` (an archive member as
-    ``<archive>!<member>``, the archive relative to ``src``; a URL without its credentials)."""
-    if isinstance(src, str):  # a URL
-        prefix = src.rstrip("/") + "/"
-        text = str(path or src)
-        return text[len(prefix):] if text.startswith(prefix) else without_credentials(text)
-    path = Path(path) if path else src
-    try:
-        return path.relative_to(src if src.is_dir() else src.parent).as_posix()
-    except ValueError:
-        # --src is the archive: <archive name>!<member>
-        return str(path)[len(str(src.parent)) + 1:] if str(path).startswith(f"{src}!") else str(path)
-
-
-def _refused_record(exc: BadInput, src: Path | str) -> dict:
-    """The quarantine record of an entry refused by discovery; ``path`` as ``_relative`` names it."""
-    size = 0  # a URL, an entry gone, or one not even examinable (EACCES): the record says 0 bytes
-    if not isinstance(src, str):
-        with contextlib.suppress(OSError):
-            size = (Path(exc.path) if exc.path else src).lstat().st_size
-    return {"path": _relative(exc.path, src), "graph_id": None, "collection": None, "kind": None, "split": None,
+def _refused_record(exc: BadInput, source: Source) -> dict:
+    """The quarantine record of an entry refused by discovery: ``path`` relative to --src
+    (``Source.relative``), its bytes as listed (0 when not known: an archive member, a damage)."""
+    size = exc.size if isinstance(exc, Refused) else 0
+    return {"path": source.relative(exc.path), "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
 
 
@@ -378,7 +362,7 @@ def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opt
         raise TypeError("build(request) takes the request alone (with runner and progress); "
                         "make_request makes a request from paths and options")
     source, store, opts = request.source, request.destination, request.options
-    src, resume, overwrite, dry_run = source.location, request.resume, request.overwrite, request.dry_run
+    resume, overwrite, dry_run = request.resume, request.overwrite, request.dry_run
     collections = list(request.collections) if request.collections else None
     splits = list(request.splits) if request.splits else None
     collection, split = request.collection, request.split
@@ -386,13 +370,13 @@ def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opt
     passed_over: list = []
     inputs, refused = discover(source, collections, splits, collection=collection, split=split,
                                skipped=passed_over)
-    skipped = [{"path": _relative(e.path, src), "reason": e.reason} for e in passed_over]
+    skipped = [{"path": source.relative(e.path), "reason": e.reason} for e in passed_over]
     notify("skipped", {"skipped": skipped})
     if not inputs:
         _no_inputs(source, collections, splits, refused, assigned=collection is not None)
     if collection is not None and split is not None:
         collections, splits = [collection], [split]  # what the build holds, for --resume's checks
-    refused_records = [_refused_record(e, src) for e in refused]
+    refused_records = [_refused_record(e, source) for e in refused]
     with store_errors(store):
         inspect_destination(store, resume, overwrite, collections, splits)
         if dry_run:
@@ -400,35 +384,15 @@ def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opt
         with destination.lock(store) as lock:
             contents = inspect_destination(store, resume, overwrite, collections, splits, locked=True)
             _prepare_destination(store, contents, resume, overwrite)
-            report = _build_locked(src, store, opts, inputs, refused_records, runner, resume, notify, lock)
+            report = _build_locked(store, opts, inputs, refused_records, runner, resume, notify, lock)
     return dataclasses.replace(report, skipped=skipped)
 
 
-@contextlib.contextmanager
-def store_errors(store: Store) -> Iterator[None]:
-    """Turn a failed request to an object ``store`` (missing bucket, permission refused, network) into
-    one FatalError line naming the URL. Locally an ``OSError`` keeps its own line (the CLI's guard
-    names the file and the errno)."""
-    if store.os_errors_name_files:
-        yield
-        return
-    try:
-        yield
-    except (FileNotFoundError, PermissionError, ConnectionError, TimeoutError) as exc:
-        raise FatalError(f"--dst {store.display}: {_store_problem(store, exc)}") from None
-    except OSError as exc:
-        raise FatalError(f"--dst {store.display}: the store refused a request: {one_line(exc)}") from None
-
-
-def _store_problem(store: Store, exc: OSError) -> str:
-    text = one_line(exc)
-    if isinstance(exc, PermissionError):
-        return f"permission denied ({text}); check the credentials and the bucket's policy"
-    if isinstance(exc, FileNotFoundError) and ("bucket" in text.lower() or text == "Not Found"):
-        return f"the bucket {store.root.split('/', 1)[0]} does not exist ({text})"
-    if isinstance(exc, FileNotFoundError):
-        return f"an object disappeared while the build ran ({text})"
-    return f"the store cannot be reached ({text})"
+def store_errors(store: Store) -> contextlib.AbstractContextManager[None]:
+    """A failed request to the ``--dst`` store (missing bucket, permission refused, network) as one
+    FatalError line naming the URL (``Store.request_errors``; locally an ``OSError`` keeps its own
+    line: the CLI's guard names the file and the errno)."""
+    return store.request_errors(f"--dst {store.display}", "written")
 
 
 def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progress) -> BuildReport:
@@ -437,7 +401,7 @@ def _dry_run(inputs: list[InputFile], refused_records: list[dict], notify: Progr
     return BuildReport({"inputs": [i.relpath for i in inputs]}, refused_records, dry_run=True)
 
 
-def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputFile],
+def _build_locked(dst: Store, opts: BuildOptions, inputs: list[InputFile],
                   refused_records: list[dict], runner, resume: bool, notify: Progress,
                   lock: Lock | None = None) -> BuildReport:
     """The build proper, with ``dst`` locked (``lock``, checked before publishing) and prepared."""
@@ -464,7 +428,7 @@ def _build_locked(src: Path, dst: Store, opts: BuildOptions, inputs: list[InputF
     # busy worker while the others idle. Results are sorted below, so the order never shows in the output.
     pending.sort(key=lambda batch: (-sum(i.size for i in batch), batch[0].relpath))
     def submit(batch: list[InputFile]):
-        paths = tuple(filter(None, [batch[0].local_file, staging.local_root]))  # workers must see these
+        paths = (*batch[0].worker_paths, *staging.worker_paths())  # workers must see these
         return runner.submit(process_batch, batch, opts, staging, paths=paths,
                              on_lost=functools.partial(lost_batch_result, batch, opts))
 

@@ -47,7 +47,7 @@ import numpy as np
 from .errors import BadShards, UsageError
 from .io.files import sha256_file, temporary_path
 from .io.npz_writer import StreamedArray, write_npz
-from .io.storage import scheme_of
+from .io.storage import resolve
 from .kernels.base7 import decode_base7
 from .shards.reader import Dataset, GraphRecord, open_dataset
 from .tpugraphs import LAYOUT_KEYS, SPLITS, TILE_KEYS, selected, split_graph_id
@@ -239,13 +239,10 @@ def export(
     if not os.fspath(dst_npz):
         raise UsageError("--dst-npz must not be empty (it would mean the current folder): name the output folder")
     dst = Path(dst_npz).resolve()
-    if isinstance(shards, Dataset):
-        folder = Path(shards.root).resolve() if shards.store.is_local else None
-    else:
-        folder = Path(shards).resolve() if scheme_of(shards) is None else None
-    if folder is not None and (dst == folder or folder in dst.parents):
-        raise UsageError(f"--dst-npz {dst} must not lie inside the shard folder {folder}")
-    ds = shards if isinstance(shards, Dataset) else open_dataset(folder or shards, storage_options)
+    store = shards.store if isinstance(shards, Dataset) else resolve(shards, storage_options, what="--shards")
+    if store.contains(resolve(dst)):
+        raise UsageError(f"--dst-npz {dst} must not lie inside the shard folder {store.resolved().display}")
+    ds = shards if isinstance(shards, Dataset) else open_dataset(store)
     ids = selected_graphs(ds, collections, splits)
     if not ids:
         raise UsageError(f"no graph in {ds.root} matches collections={collections or 'all'} splits={splits or 'all'}")

@@ -13,17 +13,16 @@ outside such a tree is built with ``--collection``/``--split`` saying what its f
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import BadInput, FatalError, UsageError, display_name
-from .io.archive import MemberView, Skipped, TarMember, index_tar, is_archive_name
-from .io.storage import Store, resolve, scheme_of
+from .errors import BadInput, UsageError, display_name, one_line
+from .io.archive import Skipped, index_tar, is_archive_name
+from .io.storage import resolve, shown
+from .io.store import Entry, FileReplaced, NotARegularFile, Store, library_error
 from .limits import scale as limit_scale
 from .readgraph import GraphArrays, read_graph  # noqa: F401 (re-exported for the converter)
 from .tpugraphs import (
@@ -41,35 +40,33 @@ from .tpugraphs import (
 
 @dataclass(frozen=True)
 class Origin:
-    """Where an input's bytes are when it is not a plain local file: a member of a tar archive (local
-    or remote) or a remote object. Plain data, so a task sent to another process carries it and the
-    worker opens the store itself.
+    """Where an input's bytes are: a file of the source's store, or a member of a tar archive in it.
+    A task sent to another process carries it (a store pickles with its options) and opens the bytes
+    through ``store`` itself: nothing decides again from a string where they are.
 
-    url: the archive or object (a local absolute path, or a URL without credentials); member: the
-    member's name inside the archive (None for an object); offset: byte offset of the member's data
-    in the archive (0 for an object); version: the archive's or object's identity when it was listed
-    (``<size>:<mtime ns>`` locally, the ETag or modification time remotely; part of the --resume
-    fingerprint); archive: how the manifest names the archive (its path relative to --src, or its
-    base name when --src is the archive; None for an object); storage_options: the fsspec options
-    of the store (never shown, compared or recorded); remote: ``url`` is in an object store (set
-    from the ``Source`` it was listed from: nothing decides it again from the string).
+    store: the ``Source``'s store (never shown, compared or recorded); rel: the file or archive below
+    its root ("" when the root is that file); member: the member's name inside the archive (None for a
+    file); offset: byte offset of the member's data in the archive (0 for a file); version: the file's
+    or archive's version when it was listed (``Entry.version``: locally its mtime in ns, remotely its
+    ETag or generation); archive: how the manifest names the archive (its path relative to --src, or
+    its base name when --src is the archive; None for a file).
     """
 
-    url: str
+    store: Store = field(compare=False, repr=False)
+    rel: str = ""
     member: str | None = None
     offset: int = 0
-    version: str = ""
+    version: int | str = ""
     archive: str | None = None
-    storage_options: dict | None = field(default=None, compare=False, repr=False)
-    remote: bool = False
 
 
 @dataclass(frozen=True, order=True)
 class InputFile:
     """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was.
 
-    ``path`` names the file to people: a local ``Path`` for a plain local file, else a string (a URL,
-    or ``<archive>!<member>`` for a member of a tar archive), and then ``origin`` says where its bytes are.
+    ``path`` names the file to people: its path or URL (``Store.url``), ``<archive>!<member>`` for a
+    member of a tar archive; ``origin`` says where its bytes are (None only for a file built by hand,
+    which ``convert_file`` opens by its path).
     """
 
     graph_id: str
@@ -83,11 +80,10 @@ class InputFile:
     origin: Origin | None = field(default=None, compare=False)
 
     @property
-    def local_file(self) -> Path | None:
-        """The local file whose bytes a task reads (the file itself or its archive), None if remote."""
-        if self.origin is None:
-            return Path(self.path)
-        return None if self.origin.remote else Path(self.origin.url)
+    def worker_paths(self) -> tuple[str, ...]:
+        """The local paths a process converting this input must see (``Store.worker_paths``: the file
+        or its archive; none in an object store)."""
+        return self.origin.store.worker_paths(self.origin.rel) if self.origin is not None else (str(self.path),)
 
     def describe(self) -> dict:
         """The manifest's record of where the input came from when it is an archive member:
@@ -104,59 +100,70 @@ class MissingSource(UsageError):
 @dataclass(frozen=True)
 class Source:
     """``--src`` resolved once (``resolve_source``) and passed along instead of the string, so nothing
-    downstream decides again whether it is local or a URL.
+    downstream resolves or classifies it again.
 
-    ``store``: where it lives (locally rooted at the path with links resolved, else the object-store
-    root); ``kind``: ``"folder"``, ``"npz"`` or ``"tar"`` for a local source, None for a URL (its
-    listing tells); ``storage_options``: the fsspec options of a URL's store (never shown; None when
-    empty)."""
+    ``store``: where it lives (a local one rooted at the path with links resolved); ``kind``:
+    ``"folder"``, ``"npz"`` or ``"tar"`` when the store can tell without a request (``Store.peek``:
+    a local source), None when only its listing tells (an object store)."""
 
     store: Store
     kind: str | None = None
-    storage_options: dict | None = field(default=None, repr=False, hash=False)
-
-    @property
-    def is_local(self) -> bool:
-        return self.store.is_local
 
     @property
     def location(self) -> Path | str:
-        """The source as records name it: the resolved local ``Path``, or the URL (``scheme://root``,
-        no credentials), which every listed object's URL starts with."""
-        return Path(self.store.root) if self.is_local else self.store.url()
+        """The source as records name it (``Store.location``: the resolved local ``Path``, or the URL
+        without credentials), which every listed entry's name starts with."""
+        return self.store.location
 
     @property
     def display(self) -> str:
         """The source in messages: the resolved local path, or the URL as given without credentials."""
-        return self.store.root if self.is_local else self.store.display
+        return self.store.display
 
     @property
-    def root_parts(self) -> tuple[str, ...]:
-        """The path components of the root, as a listed entry's ``parts`` start."""
-        return Path(self.store.root).parts if self.is_local else tuple(self.store.root.split("/"))
+    def name(self) -> str:
+        """The last component of the root (the archive's name when --src is one)."""
+        return self.store.url().rstrip("/").rsplit("/", 1)[-1]
+
+    def name_of(self, rel: str) -> str:
+        """How the entry ``rel`` below the root is named to people: its path or URL."""
+        return self.store.url(rel)
+
+    def relative(self, name: str | Path | None) -> str:
+        """How records name an entry shown as ``name`` (``name_of``, perhaps ``!<member>``): relative to
+        --src, or to its folder when --src is a file (``<archive>!<member>``); anything else without
+        credentials."""
+        text, root = str(name or self.store.url()), self.store.url().rstrip("/")
+        if text.startswith(root + "/"):
+            return text[len(root) + 1:]
+        if text == root or text.startswith(root + "!"):
+            return self.name + text[len(root):]
+        return shown(text)
 
 
 def resolve_source(src: str | os.PathLike | Source, storage_options: dict | None = None) -> Source:
-    """The one place ``--src`` is classified: a URL (not ``file://``) becomes its store, unchecked
-    (listing it reports a missing bucket or key); a local path (also ``file://``) is resolved (links
-    followed) and must be a folder, an ``.npz`` file or a tar archive. A ``Source`` is returned as it
-    is. Raises UsageError (``MissingSource`` when a local ``src`` does not exist)."""
+    """``--src`` resolved once (``io.storage.resolve``, which alone classifies it): a store that can
+    tell what its root is without a request (a local path, also ``file://``) must hold a folder, an
+    ``.npz`` file or a tar archive there; an object store's root is checked when it is listed (a
+    missing bucket or key). A ``Source`` is returned as it is. Raises UsageError (``MissingSource``
+    when a local ``src`` does not exist)."""
     if isinstance(src, Source):
         return src
     if not str(src):
         raise UsageError("--src must not be empty")
-    scheme = scheme_of(src)
-    if scheme not in (None, "file"):
-        return Source(resolve(src, storage_options, what="--src"), None, storage_options or None)
-    given = resolve(src, what="--src").display  # file:// as resolve reads it; a path as given
-    path = Path(given).resolve()
-    if not path.exists():
-        raise MissingSource(f"--src {given} does not exist")
-    kind = ("folder" if path.is_dir() else None if not path.is_file()
-            else "npz" if path.name.endswith(".npz") else "tar" if is_archive_name(path.name) else None)
+    given = resolve(src, storage_options, what="--src")
+    store = given.resolved()
+    what = store.peek()
+    if what is None:
+        return Source(store)
+    if what == "missing":
+        raise MissingSource(f"--src {given.display} does not exist")
+    source = Source(store)
+    kind = ("folder" if what == "folder" else None if what != "file"
+            else "npz" if source.name.endswith(".npz") else "tar" if is_archive_name(source.name) else None)
     if kind is None:
-        raise UsageError(f"--src {given} is neither a folder, an .npz file nor a tar archive (*.tar)")
-    return Source(resolve(path), kind)
+        raise UsageError(f"--src {given.display} is neither a folder, an .npz file nor a tar archive (*.tar)")
+    return Source(store, kind)
 
 
 def check_selection(collections: Iterable[str] | None, splits: Iterable[str] | None) -> None:
@@ -178,41 +185,15 @@ def inventory(inputs: Iterable[InputFile]) -> str:
     return ", ".join(f"{c} ({', '.join(s for s in SPLITS if s in found[c])})" for c in sorted(found))
 
 
-def _not_regular(mode: int) -> str:
-    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
-            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
-    return f"is {kind}, not a regular file; only regular files are read"
+class Refused(BadInput):
+    """An entry of ``--src`` refused while it was listed; ``size``: its bytes as listed (0 when unknown)."""
+
+    def __init__(self, path: str | Path | None, key: str | None, problem: str, size: int = 0):
+        super().__init__(path, key, problem)
+        self.size = size
 
 
-def open_input(path: Path) -> tuple[BinaryIO, os.stat_result]:
-    """Open an input file for reading without following a symbolic link and without blocking on a FIFO
-    or device, and check that what was opened is a regular file. Returns the open binary file (the
-    caller closes it) and its ``fstat``, so size, hash and conversion all see this one inode.
-
-    Raises BadInput (naming ``path``) when it vanished, became a link or is not a regular file.
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise BadInput(path, None, "vanished after it was found (deleted or moved while the build ran)") from None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise BadInput(path, None, "was replaced by a symbolic link after it was found; not followed") from None
-        raise BadInput(path, None, f"cannot open: {exc.strerror or exc}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BadInput(path, None, _not_regular(st.st_mode))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb"), st
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-class Unlisted(BadInput):
+class Unlisted(Refused):
     """A folder under ``--src`` that cannot be listed (permission denied, an I/O error, gone while the
     source was listed): whatever it holds is not read, so it is refused (a quarantine record, exit 3)
     and ``verify`` reports it rather than checking less than the build holds."""
@@ -232,7 +213,7 @@ def skip_reason(name: str) -> str:
     return "neither an .npz file nor a .tar archive"
 
 
-class Unplaced(BadInput):
+class Unplaced(Refused):
     """A ``*.npz`` file whose path does not say its collection and split (it lies outside a TpuGraphs
     tree); ``--collection``/``--split`` can say them instead."""
 
@@ -262,194 +243,119 @@ def check_assignment(collection: str | None, split: str | None, collections: Ite
 @dataclass(frozen=True)
 class _Entry:
     """A file found under --src before it is classified: its path components (the last is the file
-    name), how it is named to people, its size in bytes and where its bytes are (None: a plain local
-    file at ``path``)."""
+    name), how it is named to people, its size in bytes and where its bytes are."""
 
     parts: tuple[str, ...]
-    path: Path | str
+    path: str
     size: int
-    origin: Origin | None = None
+    origin: Origin
 
 
-def _archive_entries(fh: BinaryIO, display: str, size: int, origin: Origin,
-                     skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
-    """The npz members of the tar archive open in ``fh`` (``origin``: the archive, no member yet);
-    other members and superseded copies are appended to ``skipped``."""
-    try:
-        members, refused = index_tar(fh, display, size, skipped=skipped)
-    except BadInput as exc:
-        return [], [exc]
-    return [_member_entry(m, display, origin) for m in members], refused
+def _unlistable(source: Source, exc: BaseException) -> Exception:
+    """The one line for a source that cannot be listed: a missing key under an existing bucket (or a
+    local root gone meanwhile) is a usage error (exit 2); a missing bucket, a denied request or folder
+    and any other failure of the store are fatal (exit 1, ``Store.failure``)."""
+    if isinstance(exc, FileNotFoundError) and not source.store.missing_bucket():
+        return UsageError(f"--src {source.display} does not exist")
+    return source.store.failure(exc, f"--src {source.display}", "listed")
 
 
-def _member_entry(m: TarMember, display: str, origin: Origin) -> _Entry:
-    return _Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
-                  dataclasses.replace(origin, member=m.name, offset=m.offset))
-
-
-def _local_archive(path: Path, archive: str, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
-    """Index a local tar archive (opened without following a link; headers only)."""
-    try:
-        fh, st = open_input(path)
-    except BadInput as exc:
-        return [], [exc]
-    with fh:
-        origin = Origin(str(path), version=f"{st.st_size}:{st.st_mtime_ns}", archive=archive)
-        return _archive_entries(fh, str(path), st.st_size, origin, skipped)
-
-
-def _unlisted(root: Path, refused: list[BadInput]) -> Callable[[OSError], None]:
-    """``os.walk``'s error handler: a folder that cannot be listed is refused (``Unlisted``); ``root``
-    itself is a FatalError (nothing of --src could be read)."""
-    def failed(exc: OSError) -> None:
-        where = Path(exc.filename) if exc.filename is not None else root
-        why = exc.strerror or type(exc).__name__
-        if where == root:
-            raise FatalError(f"--src {root}: cannot be listed: {why}") from None
-        refused.append(Unlisted(where, None, f"folder cannot be listed ({why}); the files in it are not read"))
-    return failed
-
-
-def _dangling(path: Path) -> str | None:
-    """Where the symbolic link ``path`` points when its target does not exist, else None."""
-    try:
-        path.stat()
-    except FileNotFoundError:
-        try:
-            return os.readlink(path)
-        except OSError:  # removed since it was listed
-            return "?"
-    except OSError:  # EACCES, ELOOP ...: the target exists but cannot be reached; not dangling
+def _refusal(entry: Entry) -> str | None:
+    """Why an ``*.npz`` or ``*.tar`` entry that is not a regular file is refused (None: a file)."""
+    if entry.kind == "file":
         return None
-    return None
+    if entry.kind == "gone":
+        return "vanished while the source was listed"
+    if entry.kind == "unexamined":
+        return f"cannot be examined: {entry.detail}"
+    if entry.kind == "link":
+        return "is a symbolic link; links are not followed (they may escape --src)"
+    what = entry.detail or ("a folder" if entry.kind == "folder" else "not a regular file")
+    return f"is {what}, not a regular file; only regular files are read"
 
 
-def _local_entries(root: Path, skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
-    """Every ``*.npz`` and ``*.tar`` at or under ``root``, a local folder or one file (links never
-    followed, nothing opened but the archives, whose headers are indexed). A folder that cannot be
-    listed and a dangling link are refused; files of other names are appended to ``skipped``."""
-    entries: list[_Entry] = []
-    refused: list[BadInput] = []
-    walk: Iterable[tuple[str, list[str], list[str]]] = (
-        os.walk(root, onerror=_unlisted(root, refused), followlinks=False) if root.is_dir()
-        else [(str(root.parent), [], [root.name])])
-    for dirpath, dirnames, filenames in walk:
-        here = Path(dirpath)
-        for d in sorted(dirnames):
-            if (here / d).is_symlink():
-                refused.append(BadInput(here / d, None, "is a symbolic link to a folder; not followed"))
-        dirnames.sort()
-        for name in sorted(filenames):
-            archive = is_archive_name(name)
-            path = here / name
-            if not (name.endswith(".npz") or archive):
-                target = _dangling(path) if path.is_symlink() else None
-                if target is not None:
-                    refused.append(BadInput(path, None, f"is a dangling symbolic link (to {target}); what "
-                                            "it stood for (a file or a folder) is not read"))
-                else:
-                    skipped.append(Skipped(str(path), skip_reason(name)))
-                continue
-            try:
-                st = path.lstat()
-            except FileNotFoundError:
-                refused.append(BadInput(path, None, "vanished while the source was listed"))
-                continue
-            except OSError as exc:
-                refused.append(BadInput(path, None, f"cannot be examined: {exc.strerror or exc}"))
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                refused.append(BadInput(path, None, "is a symbolic link; links are not followed (they may escape --src)"))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                refused.append(BadInput(path, None, _not_regular(st.st_mode)))
-                continue
-            if archive:
-                found, bad = _local_archive(path, path.name if path == root else path.relative_to(root).as_posix(),
-                                            skipped)
-                entries += found
-                refused += bad
-            else:
-                entries.append(_Entry(path.parts, path, st.st_size))
-    return entries, refused
-
-
-def _remote_failure(store: Store, exc: BaseException) -> Exception:
-    """The one-line error for a store that cannot be listed: a missing bucket or a permission
-    problem is fatal (exit 1), a missing key under an existing bucket is a usage error (exit 2)."""
-    if isinstance(exc, PermissionError):
-        return FatalError(f"--src {store.display}: access denied (check the credentials and the "
-                          "permissions of the bucket)")
-    if isinstance(exc, FileNotFoundError):
-        bucket = store.root.split("/", 1)[0]
-        try:
-            bucket_exists = bool(bucket) and store.fs.exists(bucket)
-        except Exception:  # any failure to look: the bucket cannot be used
-            bucket_exists = False
-        if bucket and not bucket_exists:
-            return FatalError(f"--src {store.display}: the bucket {store.protocol}://{bucket} does not "
-                              "exist or cannot be reached")
-        return UsageError(f"--src {store.display} does not exist")
-    return FatalError(f"--src {store.display}: cannot be listed ({type(exc).__name__}: {exc})")
-
-
-def _version(meta: dict) -> str:
-    """An object's identity from its listing: ETag, else modification time (for --resume)."""
-    for key in ("ETag", "etag", "LastModified", "mtime", "updated", "created"):
-        if meta.get(key):
-            return str(meta[key])
-    return ""
-
-
-def _remote_entries(store: Store, storage_options: dict | None,
-                    skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
-    """Every ``*.npz`` and ``*.tar`` object at or under ``store.root`` (archives indexed by ranged
-    reads of their headers); objects of other names are appended to ``skipped``."""
-    fs = store.fs
+def _archive(source: Source, entry: Entry, origin: Origin, display: str,
+             skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
+    """The npz members of the tar archive ``entry`` (headers only: ``Store.open_scan``); other members
+    and superseded copies are appended to ``skipped``. An archive that cannot be opened is refused; a
+    refused request to an object store is its one line (``Store.request_errors``)."""
     try:
-        meta = fs.info(store.root)
-        if meta.get("type") == "directory":
-            objects = sorted(fs.find(store.root, detail=True).items())
-        else:
-            objects = [(store.root, meta)]
-    except Exception as exc:  # botocore's errors are not all OSErrors
-        raise _remote_failure(store, exc) from None
-    single = len(objects) == 1 and objects[0][0] == store.root
-    entries: list[_Entry] = []
-    refused: list[BadInput] = []
-    for key, meta in objects:
-        name = key.rsplit("/", 1)[-1]
-        url = f"{store.protocol}://{key}"
-        if name.endswith(".npz") and not single:
-            entries.append(_Entry(tuple(key.split("/")), url, int(meta["size"]),
-                                  Origin(url, version=_version(meta), storage_options=storage_options,
-                                         remote=True)))
-        elif is_archive_name(name):
-            archive = name if single else key[len(store.root):].lstrip("/")
-            origin = Origin(url, version=_version(meta), archive=archive, storage_options=storage_options,
-                            remote=True)
-            try:
-                with fs.open(key, "rb", block_size=1 << 20, cache_type="readahead") as fh:
-                    found, bad = _archive_entries(fh, url, int(meta["size"]), origin, skipped)
-            except Exception as exc:  # as above
-                raise _remote_failure(store, exc) from None
-            entries += found
-            refused += bad
-        elif single:
-            raise UsageError(f"--src {store.display} is neither a folder nor a tar archive")
-        elif meta.get("type") != "directory" and not key.endswith("/"):
-            skipped.append(Skipped(url, skip_reason(name)))
-    return entries, refused
+        with source.store.request_errors(f"--src {source.display}", "listed"), \
+                source.store.open_scan(entry.rel, entry.size) as fh:
+            members, refused = index_tar(fh, display, entry.size, skipped=skipped)
+    except BadInput as exc:
+        return [], [exc]
+    except OSError as exc:  # a local file's own problem (gone, a link now, EACCES)
+        return [], [Refused(display, None, opening_problem(exc), entry.size)]
+    return [_Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
+                   dataclasses.replace(origin, member=m.name, offset=m.offset)) for m in members], refused
+
+
+def opening_problem(exc: BaseException) -> str:
+    """Why an input (or archive) listed a moment ago cannot be read now, from what its store raised."""
+    if isinstance(exc, FileNotFoundError):
+        return "vanished after it was found (deleted or moved while the build ran)"
+    if isinstance(exc, NotARegularFile):
+        if exc.what == "a symbolic link":
+            return "was replaced by a symbolic link after it was found; not followed"
+        return f"is {exc.what}, not a regular file; only regular files are read"
+    if isinstance(exc, FileReplaced):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot be read: {exc.strerror}"
+    return f"cannot be read ({type(exc).__name__}: {one_line(exc)})"
 
 
 def list_source(source: Source, skipped: list[Skipped] | None = None) -> tuple[list[_Entry], list[BadInput]]:
-    """What ``source`` holds (a local folder, file or tar archive, or a URL of one), not yet
-    classified. ``skipped``: when given, what is not read (other file names, superseded archive
-    members) and why is appended to it."""
+    """What ``source`` holds (a folder, file or tar archive, in any store), not yet classified: the
+    store's entries (``Store.walk``) whose names end in ``.npz`` or ``.tar`` (archives indexed, their
+    headers only), and the entries refused (links, FIFOs, devices, folders that cannot be listed). No
+    npz is opened. ``skipped``: when given, what is not read (other names, superseded archive members)
+    and why is appended to it. The source itself unlistable is one line (``_unlistable``)."""
     skipped = [] if skipped is None else skipped
-    if not source.is_local:
-        return _remote_entries(source.store, source.storage_options, skipped)
-    return _local_entries(Path(source.store.root), skipped)
+    store = source.store
+    try:
+        top = store.root_entry()
+        listing = [top] if top.kind != "folder" else store.walk()
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        if not library_error(exc):
+            raise
+        raise _unlistable(source, exc) from None
+    root = tuple(store.url().rstrip("/").split("/"))
+    entries: list[_Entry] = []
+    refused: list[BadInput] = []
+    for e in listing:
+        name, display = e.name or source.name, source.name_of(e.rel)
+        npz, archive = name.endswith(".npz"), is_archive_name(name)
+        if e.kind == "folder":
+            continue  # entered by the walk (an object store's folder markers hold nothing)
+        if e.kind == "unlisted":
+            refused.append(Unlisted(display, None, f"folder cannot be listed ({e.detail}); the files in it "
+                                    "are not read", e.size))
+            continue
+        if e.kind == "link" and e.detail == "folder":
+            refused.append(Refused(display, None, "is a symbolic link to a folder; not followed", e.size))
+            continue
+        if not (npz or archive):
+            if e.kind == "link" and e.detail == "dangling":
+                refused.append(Refused(display, None, f"is a dangling symbolic link (to {e.target}); what it "
+                                       "stood for (a file or a folder) is not read", e.size))
+            elif e.kind != "gone":
+                skipped.append(Skipped(display, skip_reason(name)))
+            continue
+        problem = _refusal(e)
+        if problem is not None:
+            refused.append(Refused(display, None, problem, e.size))
+            continue
+        parts = (*root, *e.rel.split("/")) if e.rel else root
+        origin = Origin(store, e.rel, version=e.version)
+        if archive:
+            found, bad = _archive(source, e, dataclasses.replace(origin, archive=e.rel or name), display, skipped)
+            entries += found
+            refused += bad
+        else:
+            entries.append(_Entry(parts, display, e.size, origin))
+    return entries, refused
 
 
 def discover(
@@ -514,7 +420,7 @@ def _discover_assigned(source: Source, collection: str, split: str,
 
     def place(e: _Entry, top: bool) -> Place | BadInput:
         if not top:
-            member = e.origin is not None and e.origin.member is not None
+            member = e.origin.member is not None
             where = "is a member of an archive" if member else "lies in a subfolder"
             return BadInput(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
                             "files directly in --src are read")
@@ -532,13 +438,13 @@ def _collect(source: Source, place: Callable[[_Entry, bool], Place | BadInput | 
     """The inputs of ``source`` (sorted, unique graph ids) and the refusals: ``place(entry, top)`` says
     where each ``*.npz`` belongs, refuses it (a BadInput) or leaves it out (None); ``top``: a file or
     object (not an archive member) that is the source itself or lies directly in it. ``listing``: what
-    ``list_source`` returned for ``source`` (a source is listed once)."""
+    ``list_source`` returned for ``source`` (a source is listed once). Of inputs with one graph id,
+    the first by canonical path is kept and every other refused, wherever they lie in the tree."""
     entries, refused = listing
     refused = list(refused)
-    root = source.root_parts
     found: list[InputFile] = []
     for e in entries:
-        top = (e.origin is None or e.origin.member is None) and root in (e.parts, e.parts[:-1])
+        top = e.origin.member is None and "/" not in e.origin.rel
         where = place(e, top)
         if where is None:
             continue
@@ -548,73 +454,48 @@ def _collect(source: Source, place: Callable[[_Entry, bool], Place | BadInput | 
         kind, coll, sp, relpath = where
         stem = e.parts[-1][:-4]
         if not is_safe_stem(stem):
-            refused.append(BadInput(e.path, None, f"file name '{display_name(stem)}' is not a safe graph id "
-                                    "(letters, digits and . _ + - only)"))
+            refused.append(Refused(e.path, None, f"file name '{display_name(stem)}' is not a safe graph id "
+                                   "(letters, digits and . _ + - only)", e.size))
             continue
-        found.append(InputFile(graph_id_of(coll, stem), relpath, e.path, kind, coll, sp, stem, e.size,
-                               e.origin))
+        found.append(InputFile(graph_id_of(coll, stem), relpath, e.path, kind, coll, sp, stem, e.size, e.origin))
     found.sort()
-    unique: list[InputFile] = []
+    first: dict[str, InputFile] = {}
     for inp in found:
-        if unique and unique[-1].graph_id == inp.graph_id:
-            refused.append(BadInput(inp.path, None, f"graph id {inp.graph_id} clashes with "
-                                    f"{unique[-1].relpath}; graph ids must be unique within a build"))
+        if inp.graph_id in first:
+            refused.append(Refused(inp.path, None, f"graph id {inp.graph_id} clashes with "
+                                   f"{first[inp.graph_id].relpath}; graph ids must be unique within a build", inp.size))
             continue
-        unique.append(inp)
-    return unique, refused
+        first[inp.graph_id] = inp
+    return list(first.values()), refused
 
 
 Stamp = list | None
-"""[size in bytes, mtime in ns (local) or the object's version string (remote)] of an input file as it
-was read or as it is now, or None when it is gone. Part of the --resume fingerprint."""
+"""[size in bytes, version] of an input file as it was read or as it is now (locally its mtime in ns,
+remotely the version it was listed with), or None when it is gone. Part of the --resume fingerprint."""
 
 
 def current_stamp(inp: InputFile) -> Stamp:
-    """The stamp of ``inp`` as it is now: ``lstat`` of the file, or of its local archive; a remote
-    input's version from this build's listing."""
-    local = inp.local_file
-    if local is None:
-        return [inp.size, inp.origin.version]
-    try:
-        st = local.lstat()
-    except OSError:
-        return None
-    if inp.origin is None:
-        return [st.st_size, st.st_mtime_ns]
-    return [inp.size, st.st_mtime_ns] if inp.origin.offset + inp.size <= st.st_size else None
+    """The stamp of ``inp`` as it is now, without opening it (``Store.stamp``)."""
+    o = inp.origin
+    return o.store.stamp(o.rel, size=inp.size, version=o.version, offset=None if o.member is None else o.offset)
 
 
 def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     """Open the bytes of ``inp`` for reading (the caller closes the file) and return them with their
-    stamp: a plain local file through ``open_input``; a member of a local archive as a ``MemberView``
-    of the archive (opened the same way); a remote object or archive member fetched whole by one
-    (ranged) read into memory. Raises BadInput naming the input when it cannot be read."""
+    stamp (``Store.open_input``: a file opened once without following a link, an archive member read
+    in place, a remote object by one ranged read). Raises BadInput naming the input when they cannot
+    be read, or are not those listed (shorter, another version)."""
     o = inp.origin
-    if o is None:
-        fh, st = open_input(Path(inp.path))
-        return fh, [st.st_size, st.st_mtime_ns]
-    if not o.remote:
-        fh, st = open_input(Path(o.url))
-        if o.offset + inp.size > st.st_size:
-            fh.close()
-            raise BadInput(inp.path, None, "the archive is shorter than when it was listed (changed?)")
-        return MemberView(fh, o.offset, inp.size), [inp.size, st.st_mtime_ns]
-    store = resolve(o.url, o.storage_options, what="--src")
-    start, end = (o.offset, o.offset + inp.size) if o.member else (None, None)
     try:
-        data = store.fs.cat_file(store.root, start=start, end=end)
-    except FileNotFoundError:
-        raise BadInput(inp.path, None, "vanished after it was found (deleted while the build ran)") from None
+        fh = o.store.open_input(o.rel, size=inp.size, version=o.version,
+                                offset=None if o.member is None else o.offset)
     except Exception as exc:  # botocore's errors are not all OSErrors
-        raise BadInput(inp.path, None, f"cannot be read ({type(exc).__name__}: {exc})") from None
-    if len(data) != inp.size:
-        raise BadInput(inp.path, None, f"is {len(data)} bytes, it was {inp.size} when listed (changed?)")
-    return io.BytesIO(data), [inp.size, o.version]
+        if not (library_error(exc) or isinstance(exc, FileReplaced)):
+            raise
+        raise BadInput(inp.path, None, opening_problem(exc)) from None
+    return fh, fh.stamp()
 
 
 def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
     """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
-    if isinstance(fh, io.BytesIO):
-        return stamp
-    st = os.fstat((fh.archive if isinstance(fh, MemberView) else fh).fileno())
-    return [stamp[0] if isinstance(fh, MemberView) else st.st_size, st.st_mtime_ns]
+    return fh.stamp()

@@ -48,8 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .io.files import looks_like_url
-from .io.storage import without_credentials
+from .io.storage import location, shown
 from .options import BuildOptions
 from .request import ClusterSpec
 
@@ -118,7 +117,7 @@ class Pipeline:
 def _shown(where: Path | str, storage_options: dict) -> str:
     """A location for people: a URL without credentials, and the names (never the values) of its
     storage options."""
-    text = without_credentials(where) if isinstance(where, str) else str(where)
+    text = shown(where)
     return text + (f" (storage options: {', '.join(sorted(storage_options))})" if storage_options else "")
 
 
@@ -243,16 +242,13 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
 
 def _location(text: str | os.PathLike, base: Path) -> Path | str:
     """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
-    tells a URL from a path: a URL stays a string (``s3:/b``, as click's Path type squeezes
-    ``s3://b``, gets its ``//`` back; ``file:/x`` is kept, as it names the path ``/x``); a relative path is resolved against ``base`` (the run file's
-    folder, or the current folder for an override). ``make_request`` then resolves either once."""
-    text = os.fspath(text)
-    if looks_like_url(text):
-        if "://" in text or text.lower().startswith("file:"):  # file:/x is already the path /x
-            return text
-        return text.replace(":/", "://", 1)
-    p = Path(text)
-    return p if p.is_absolute() else (base / p).resolve()
+    asks ``io.storage.location`` whether it is a URL or a path: an object-store URL stays a string
+    (``s3:/b``, as click's Path type squeezes ``s3://b``, gets its ``//`` back); a path, or the
+    absolute path a ``file:`` URL names, is a ``Path``, a relative one resolved against ``base`` (the
+    run file's folder, or the current folder for an override). ``make_request`` then resolves either
+    once. ``UsageError`` for a ``file:`` URL naming a host or a relative path."""
+    where = location(text)
+    return where if isinstance(where, str) or where.is_absolute() else (base / where).resolve()
 
 
 def _storage_options(path: Path, key: str, value: Any) -> Any:

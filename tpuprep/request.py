@@ -25,7 +25,8 @@ from pathlib import Path
 
 from .errors import UsageError
 from .inputs import Source, check_assignment, check_selection, resolve_source
-from .io.storage import Store, resolve, scheme_of, without_credentials
+from .io.storage import resolve
+from .io.store import Store
 from .options import BuildOptions
 
 
@@ -132,36 +133,18 @@ class BuildRequest:
     cluster: ClusterSpec = ClusterSpec("serial")
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def overlap(a: Path, b: Path) -> bool:
-    """Whether one of two resolved paths lies inside the other (or they are the same folder), also when
-    one is reached by another name (a bind mount): compared by path, then by device and inode."""
-    if a == b or a in b.parents or b in a.parents:
-        return True
-    ids_a = {i for p in (a, *a.parents) if (i := _identity(p))}
-    ids_b = {i for p in (b, *b.parents) if (i := _identity(p))}
-    return (_identity(a) or (-1, -1)) in ids_b or (_identity(b) or (-1, -1)) in ids_a
-
-
-def _local_destination(dst: str | os.PathLike, source: Source) -> Store:
-    """A local ``--dst`` (a path or ``file://``) resolved (links followed): not empty, outside a local
-    ``source`` (a build never writes into, or deletes from, its own input) and not a file."""
-    if not str(dst):
+def _destination(dst: Store | None, source: Source) -> Store:
+    """``--dst``'s store (None: it was empty) checked against ``source`` and with the links of a local
+    root resolved: not empty, not overlapping ``source`` (a build never writes into, or deletes from,
+    its own input; the stores know what the same place means for each) and not a file."""
+    if dst is None:
         raise UsageError("--dst must not be empty")
-    dst_path = Path(resolve(dst, what="--dst").display).resolve()  # file:// as resolve reads it
-    if source.is_local and overlap(Path(source.store.root), dst_path):
-        raise UsageError(f"--dst {dst_path} and --src {source.display} overlap (one lies inside the other); "
+    store = dst.resolved()
+    if source.store.overlaps(store):
+        raise UsageError(f"--dst {store.display} and --src {source.display} overlap (one lies inside the other); "
                          "a build must not write into its own input: choose a --dst outside --src")
-    store = resolve(dst_path)
     if store.root_not_a_folder:
-        raise UsageError(f"--dst {dst_path} exists and is not a folder")
+        raise UsageError(f"--dst {store.display} exists and is not a folder")
     return store
 
 
@@ -182,22 +165,20 @@ def make_request(
     src_storage_options: dict | None = None,
 ) -> BuildRequest:
     """The ``BuildRequest`` for these raw values; every check that needs neither a listing nor a store
-    request is made here, and only here (UsageError, one line, exit 2), in this order: a ``dst`` URL's
-    scheme; ``src`` (``inputs.resolve_source``: not empty, and locally existing as a folder, ``.npz``
-    file or tar archive — ``MissingSource`` when it does not exist); a local ``dst`` (not empty, no
-    overlap with a local ``src``, not a file); the selection (``check_selection``) and the assignment
+    request is made here, and only here (UsageError, one line, exit 2), in this order: ``dst`` as a
+    location (``io.storage.resolve``: a known scheme whose package is installed, a file URL with an
+    absolute path and no host); ``src`` (``inputs.resolve_source``: not empty, and locally existing as
+    a folder, ``.npz`` file or tar archive — ``MissingSource`` when it does not exist); ``dst`` not
+    empty, not overlapping ``src`` (``Store.overlaps``) and not a file; the selection (``check_selection``) and the assignment
     (``check_assignment``); ``resume`` with ``overwrite``.
 
     ``src``/``dst``: local paths (relative to the current folder) or URLs (``s3://bucket/prefix``);
     ``storage_options`` / ``src_storage_options``: the fsspec options of ``dst``'s / ``src``'s store
     (never shown or recorded). ``cluster``: where the tasks run (default: this process).
     """
-    store = None
-    if str(dst) and scheme_of(dst) not in (None, "file"):
-        store = resolve(dst, storage_options, what=f"--dst {without_credentials(os.fspath(dst))}")
+    store = resolve(dst, storage_options, what="--dst") if str(dst) else None  # its scheme before --src
     source = resolve_source(src, src_storage_options)
-    if store is None:
-        store = _local_destination(dst, source)
+    store = _destination(store, source)
     check_selection(collections, splits)
     check_assignment(collection, split, collections, splits)
     if resume and overwrite:

@@ -36,13 +36,9 @@ class FiniteFloatRange(click.FloatRange):
 def shown(location: str | Path) -> str:
     """A --src/--dst as it may be printed or logged: a URL without credentials (``user:secret@``,
     query strings), a local path as it is; either on one line (``errors.display_name``)."""
-    from ..io.files import looks_like_url
+    from ..io.storage import shown as without_secrets
 
-    if looks_like_url(location):
-        from ..io.storage import without_credentials
-
-        return display_name(without_credentials(str(location)))
-    return display_name(location)
+    return display_name(without_secrets(location))
 
 
 def human(n: float) -> str:

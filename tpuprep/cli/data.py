@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import display_name
+from ..errors import UsageError, display_name
 from .common import (
     EXIT_FATAL,
     EXIT_OK,
@@ -49,11 +49,13 @@ class ShardFolder(click.ParamType):
     _local = click.Path(exists=True, file_okay=False, path_type=Path)
 
     def convert(self, value, param, ctx):
-        from ..io.files import looks_like_url
+        from ..io.storage import local_path
 
-        if isinstance(value, str) and looks_like_url(value):
-            return value
-        return self._local.convert(value, param, ctx)
+        try:
+            path = local_path(value, "DST") if isinstance(value, str) else value
+        except UsageError as exc:  # a file URL naming a host or a relative path
+            self.fail(str(exc), param, ctx)
+        return value if path is None else self._local.convert(path, param, ctx)
 
 
 SHARD_FOLDER = ShardFolder()
@@ -90,13 +92,17 @@ def info(dst, as_json, from_shards) -> None:
 
 def _source(ctx: click.Context, param: click.Parameter, value: str) -> Path | str:
     """--src of verify: a URL as it is, else a local folder or tar archive that exists."""
-    from ..io.files import looks_like_url
+    from ..io.storage import local_path
 
-    if looks_like_url(value):
+    try:
+        path = local_path(value, "--src")
+    except UsageError as exc:  # a file URL naming a host or a relative path
+        raise click.BadParameter(str(exc), ctx, param) from None
+    if path is None:
         return value
-    if not Path(value).exists():
+    if not path.exists():
         raise click.BadParameter(f"{value} does not exist", ctx, param)
-    return Path(value)
+    return path
 
 
 @main.command()

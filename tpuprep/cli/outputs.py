@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import UsageError
-from ..io.files import looks_like_url
+from ..io.storage import local_path
 from ..shards.layout import LOCK, MANIFEST, STAGING
 
 MANIFEST_PROBE_BYTES = 4096
@@ -122,7 +122,7 @@ def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Itera
     text = os.fspath(path)
     if not text:
         raise UsageError(f"{option} must not be empty (it would mean the current folder): name the output")
-    if looks_like_url(text):
+    if local_path(text, option) is None:  # an object-store URL
         return path  # type: ignore[return-value]
     if "\0" in text:
         raise UsageError(f"{option} contains a NUL byte, which no path can hold: {text!r}")
@@ -133,7 +133,7 @@ def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Itera
         raise UsageError(f"{option} {target} {where} the shard folder {shard}; a command never writes into "
                          "a shard folder: choose a path outside it")
     for name, value in inputs:
-        if value is None or not os.fspath(value) or looks_like_url(os.fspath(value)):
+        if value is None or not os.fspath(value) or local_path(value, name) is None:
             continue
         source = Path(os.fspath(value)).resolve()
         if source.is_dir() or not source.exists():  # a folder (or one a build is about to create)

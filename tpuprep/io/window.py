@@ -1,6 +1,6 @@
 """``ByteWindow``: a read-only, seekable binary file of a known size whose bytes come from somewhere
 other than one open file's position: a slice of a local archive (``archive.MemberView``, by
-``os.preadv``) or a remote object partly fetched in advance (``storage.Store.open_prefetched``).
+``os.preadv``) or a remote object partly fetched in advance (``remote_store``).
 Subclasses say only how to fill a buffer from a position (``fill``).
 """
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from ..io.storage import Store, resolve
+from ..io.storage import resolve
+from ..io.store import Store
 from ..tpugraphs import SPLITS
 from .layout import CARD
 from .schema import split_type, table_schema

@@ -1,6 +1,6 @@
 """What a build may touch in ``--dst``: the entries tpuprep writes, and the lock held while it writes.
 
-One implementation over a ``Store`` (``io.storage``), whatever its backend: a local folder or an
+One implementation over a ``Store`` (``io.store``), whatever its backend: a local folder or an
 object-store prefix (``--dst s3://bucket/prefix``).
 
 ``contents`` sorts every entry under ``--dst`` (``Store.walk``) into what tpuprep wrote (recognised by
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..errors import FatalError, UsageError
 from ..io.files import TEMPORARY
 from ..io.locks import LOCK_STALE_SECONDS, CannotLock, FileLock, LeaseLock, LockBusy
-from ..io.storage import NotARegularFile, Store
+from ..io.store import NotARegularFile, Store
 from ..tpugraphs import COLLECTIONS, SPLITS, collection_path
 from .layout import CARD, LOCK, MANIFEST, PART_NAME, QUARANTINE, SHARD_NAME, STAGING, TABLES
 
@@ -107,9 +107,14 @@ def contents(dst: Store) -> Contents:
     """Sort every entry under ``dst`` into tpuprep's own and foreign ones (an absent folder holds
     nothing). Never follows a link, never enters a folder tpuprep does not create."""
     out = Contents()
-    for rel, kind in dst.walk(lambda rel: rel in OWN_FOLDERS):
+    for entry in dst.walk(lambda rel: rel in OWN_FOLDERS):
+        rel, kind = entry.rel, entry.kind
         folder_rel, _, name = rel.rpartition("/")
         folder = OWN_FOLDERS.get(folder_rel)
+        if kind == "gone":  # removed while it was listed
+            continue
+        if kind == "unlisted":  # one of tpuprep's folders whose entries cannot be known: never guess
+            raise FatalError(f"--dst {dst.display}: its folder {rel} cannot be listed ({entry.detail})")
         if kind == "folder":
             if rel in OWN_FOLDERS:
                 out.dirs.append(rel)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..errors import BadShards, one_line
 from ..tpugraphs import collection_kind
-from . import arguments, pages, parquet
+from . import arguments, pages
 from .parquet import check_graph_groups, codes_rows, flat, merge_ranges, rows_of
 from .records import GraphRecord, flat_or_none, list_cell, read_only
 from .shard_index import ShardIndex
@@ -92,7 +92,7 @@ class GraphLoads:
         for cpath in dict.fromkeys(p for p, _ in groups):
             rgs = [rg for p, rg in groups if p == cpath]
             check_graph_groups(self._parquet(cpath).metadata, cpath, rgs, graph_id)
-            pieces.append(parquet.read_row_groups(self._parquet(cpath), cpath, rgs, columns))
+            pieces.append(self._read(cpath, rgs, columns))
         return pieces
 
     def _stored_codes(self, graph_id: str, index: ShardIndex, tie: np.ndarray) -> StoredCodes | None:

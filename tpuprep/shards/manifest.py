@@ -17,14 +17,8 @@ from typing import Any
 
 from ..errors import BadShards, display_name, raw_name_hex
 from ..faults import checkpoint
-from ..io.storage import (
-    FileTooLarge,
-    NotARegularFile,
-    Store,
-    missing_bucket,
-    resolve,
-    storage_error,
-)
+from ..io.storage import resolve
+from ..io.store import FileTooLarge, NotARegularFile, Store
 from ..options import BuildOptions
 from ..tpugraphs import COLLECTIONS, FEATURE_STATS_COLUMNS, SPLITS, collection_path, split_graph_id
 from .layout import MANIFEST, SHARD_NAME
@@ -400,27 +394,22 @@ def read_manifest(root: str | Path | Store) -> dict:
     file is read through the store (``Store.read_bytes``), and for an object store a missing bucket or
     a refused request is its one-line ``FatalError`` naming the URL."""
     store = root if isinstance(root, Store) else resolve(root)
-    shown = store.display  # a local folder as the user named it, a URL without credentials
-    path = store.reading_name(store.reading_root(shown), MANIFEST)
+    path = store.location_of(MANIFEST)
     try:
-        data = store.read_bytes(MANIFEST, limit=MAX_MANIFEST_BYTES, follow_links=True)
-    except FileNotFoundError as exc:
-        if missing_bucket(store):
-            raise storage_error(exc, str(path), store) from None
-        raise BadShards(f"{path}: missing: {shown} is not a finished tpuprep build (an interrupted build "
-                        "is finished with tpuprep build --resume)") from None
-    except NotARegularFile:  # a folder, FIFO, device; remotely a prefix
-        raise BadShards(f"{path}: is not a regular file") from None
-    except FileTooLarge as exc:
-        raise BadShards(f"{path}: {exc.size} bytes is implausibly large for a manifest") from None
-    except OSError as exc:
-        if not store.os_errors_name_files:  # a refused request: the store's one line
-            raise storage_error(exc, str(path), store) from None
+        with store.request_errors(str(path)):  # a refused request to an object store: its one line
+            try:
+                data = store.read_bytes(MANIFEST, limit=MAX_MANIFEST_BYTES, follow_links=True)
+            except FileNotFoundError:
+                if store.missing_bucket():
+                    raise  # the store's line names the bucket
+                raise BadShards(f"{path}: missing: {store.display} is not a finished tpuprep build (an "
+                                "interrupted build is finished with tpuprep build --resume)") from None
+            except NotARegularFile:  # a folder, FIFO, device; remotely a prefix
+                raise BadShards(f"{path}: is not a regular file") from None
+            except FileTooLarge as exc:
+                raise BadShards(f"{path}: {exc.size} bytes is implausibly large for a manifest") from None
+    except OSError as exc:  # a local file's own problem (an object store's became its line above)
         raise BadShards(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    except Exception as exc:  # the first request to a store: also no credentials, no endpoint (botocore)
-        if store.os_errors_name_files:
-            raise
-        raise storage_error(exc, str(path), store) from None
     try:
         m = json.loads(data, parse_constant=_no_constant)
     except UnicodeDecodeError as exc:

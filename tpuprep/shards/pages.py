@@ -2,8 +2,8 @@
 directly, without pyarrow's per-row-group machinery (≈ 70 µs per row group touched).
 
 For each row group holding a sampled row, the ``codes`` column chunk's byte range comes from the
-footer (``data_page_offset``, ``total_compressed_size``) and is read at once (locally one ``pread``,
-remotely all of a sample's ranges in one concurrent ``cat_ranges``); its pages are found by decoding
+footer (``data_page_offset``, ``total_compressed_size``) and is read at once (``ShardFile.read_ranges``:
+locally one ``pread``, remotely all of a sample's ranges in one concurrent round of ranged GETs); its pages are found by decoding
 their headers (Parquet's ``PageHeader``, Thrift compact protocol: ``thrift_struct`` is a small generic
 decoder of it), each page's CRC-32 is checked when present, zstd pages are inflated with ``zstandard``
 and the PLAIN ``BYTE_ARRAY`` values (4-byte length, then the bytes) are cut into rows of one width.
@@ -414,8 +414,8 @@ def sample_codes(groups: Sequence[tuple[object, int]], starts: np.ndarray, rows:
     row groups are ``groups`` ((shard, row group), ``ShardIndex.config_plan``) with first config ids
     ``starts`` ((g + 1,) int64, then c_u): (k, width) uint8, row i the value of config ``rows[i]``.
     ``chunks_of(shard, row groups)``: their ``Chunk``s (checked to hold the graph; ``Unhandled`` to
-    decline); ``fetch_of(shard)``: its ``fetch`` (the reader's ``Store.read_ranges``; ``Unhandled`` from
-    it declines), or None to decline.
+    decline); ``fetch_of(shard)``: its ``fetch`` (the reader's ``ShardFile.read_ranges``: the pinned file's
+    bytes, or the folder-changed line), or None to decline.
     None when a shard declines or holds a chunk this reader does not handle (read with pyarrow)."""
     where = np.searchsorted(starts, rows, side="right") - 1
     local, where = (rows - starts[where]).tolist(), where.tolist()

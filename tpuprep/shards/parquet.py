@@ -3,7 +3,7 @@ with one-line errors naming the file and row group, the byte ranges of column ch
 remote reads), typed column values as NumPy arrays, and the shard's recorded table and schema.
 
 A remote read that fails for a reason unrelated to the shard's bytes (a denied GET, a lost connection)
-is the store's one line (``io.storage.storage_error``), never "corrupt".
+is the store's one line (``io.store.request_failure``), never "corrupt".
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import BadShards, one_line
-from ..io.storage import storage_error
+from ..io.store import request_failure
 from ..kernels.planes import join_columns, join_planes
 from .schema import table_schema
 
@@ -24,20 +24,20 @@ from .schema import table_schema
 def open_parquet(path: Path | str, source=None) -> pq.ParquetFile:
     """A shard opened for reading with every page's CRC-32 checked (``BadShards`` if it is no Parquet).
     ``source``: what to read instead of ``path`` (a remote shard's file object,
-    ``Store.open_ranged``); ``path`` then only names it, and a denied read is the store's one line."""
+    ``ShardFile.source``); ``path`` then only names it, and a denied read is the store's one line."""
     try:
         return pq.ParquetFile(path if source is None else source, page_checksum_verification=True)
     except PermissionError as exc:
         if source is None:
             raise BadShards(f"{path}: not a readable Parquet file: {one_line(exc)}") from None
-        raise storage_error(exc, str(path)) from None
+        raise request_failure(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         raise BadShards(f"{path}: not a readable Parquet file: {one_line(exc)}") from None
 
 
 STORE_FAILURES = (PermissionError, ConnectionError, TimeoutError)
 """Errors of a remote read that say nothing about the shard's bytes (a denied GET, a lost connection):
-the store's one line (``io.storage.storage_error``), never "corrupt". pyarrow re-raises them as they
+the store's one line (``io.store.request_failure``), never "corrupt". pyarrow re-raises them as they
 came from the file object; a local open file does not raise them."""
 
 
@@ -48,7 +48,7 @@ def read_row_groups(pf: pq.ParquetFile, path: Path, rgs: list[int], columns: lis
     try:
         return pf.read_row_groups(rgs, columns=columns, use_threads=use_threads)
     except STORE_FAILURES as exc:
-        raise storage_error(exc, str(path)) from None
+        raise request_failure(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         for rg in rgs:  # name the row group at fault
             read_row_group(pf, path, rg, columns)
@@ -60,7 +60,7 @@ def read_row_group(pf: pq.ParquetFile, path: Path, rg: int, columns: list[str] |
     try:
         return pf.read_row_group(rg, columns=columns)
     except STORE_FAILURES as exc:
-        raise storage_error(exc, str(path)) from None
+        raise request_failure(exc, str(path)) from None
     except (OSError, pa.ArrowException) as exc:
         raise BadShards(f"{path}: row group {rg} is corrupt: {one_line(exc)}") from None
 

@@ -15,7 +15,7 @@ read; and a graph's rows must be where the manifest says, in the numbers its ``g
 This module is the facade: ``Dataset`` and ``open_dataset``, with every public name of the reader
 importable from here (``GraphRecord``, ``ConfigSample``, ``sample_rows`` …). The work is split by job:
 ``records`` (what is returned), ``stored_codes`` (a layout graph's codes as stored), ``shard_index``
-(where a graph's rows are), ``shard_files`` (the files, through ``io.storage.Store``), ``loads``
+(where a graph's rows are), ``shard_files`` (the files, through ``io.store.Store``), ``loads``
 (whole graphs), ``sampled`` (sampled and block reads), ``scans`` (polars scans, counts).
 """
 
@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io.storage import Store, resolve
+from ..io.storage import resolve
+from ..io.store import ShardFile, Store
 from ..tpugraphs import graph_fold
 from . import arguments, pages
 from .derived import safe_normalizer, sample_rows, unique_config_columns
@@ -48,7 +49,7 @@ __all__ = ["ConfigSample", "Dataset", "GraphRecord", "open_dataset", "safe_norma
 
 class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
     """A folder of tpuprep shards, described by its ``manifest.json``: a local folder or a prefix in
-    object storage (``s3://bucket/shards``; ``store`` is where it lives, ``io.storage.Store``).
+    object storage (``s3://bucket/shards``; ``store`` is where it lives, ``io.store.Store``).
 
     ``root`` is the folder (``Path``) locally and the URL (``str``, no credentials) remotely;
     ``storage_options`` are those the store was resolved with (for processes that open it again).
@@ -58,19 +59,19 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
     ``read_configs``, ``iter_config_blocks``, ``num_unique_configs``, ``config_runtimes``) and
     ``scans`` (``scan``, ``counts``); this class holds the manifest and what it says."""
 
-    def __init__(self, root: str | Path, cache_row_groups: int = 4, storage_options: dict | None = None):
-        self.store: Store = resolve(root, storage_options, what="shard folder")
-        self.storage_options = storage_options
-        self.root: Path | str = self.store.reading_root(root)  # a local folder keeps the name it was given
-        self.manifest_path: Path | str = self.store.reading_name(self.root, MANIFEST)
+    def __init__(self, root: str | Path | Store, cache_row_groups: int = 4, storage_options: dict | None = None):
+        self.store: Store = root if isinstance(root, Store) else resolve(root, storage_options, what="shard folder")
+        self.storage_options = self.store.storage_options
+        self.root: Path | str = self.store.location  # a local folder keeps the name it was given
+        self.manifest_path: Path | str = self.store.location_of(MANIFEST)
         self.manifest = read_manifest(self.store)
-        self._sizes: dict[str, int] = {}  # shard path (from shard_path) -> its size in bytes
+        self._pins: dict[int, ShardFile] = {}  # manifest shard index -> its file, opened and pinned
+        self._named: dict[str, ShardFile] = {}  # shard path (from shard_path) -> its pinned file
         self._ids: dict[str, str | None] = {}  # shard path (from shard_path) -> its manifest entry's shard_id
         self._indexes: dict[tuple[str, str], ShardIndex] = {}
         self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
         self._cache_size = cache_row_groups
-        self._files: dict[Path | str, pq.ParquetFile] = {}
-        self._inodes: dict[Path | str, tuple[int, int, int, int] | None] = {}  # Store.identity of _files' files
+        self._files: dict[Path | str, pq.ParquetFile] = {}  # footers read once, through the pinned files
         self._chunks: dict[tuple[Path | str, int], pages.Chunk] = {}  # codes chunks of sampled row groups
         self._ties: dict[str, np.ndarray] = {}
         self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
@@ -130,9 +131,10 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
         return self._graphs[graph_id]
 
 
-def open_dataset(path: str | Path, storage_options: dict | None = None) -> Dataset:
+def open_dataset(path: str | Path | Store, storage_options: dict | None = None) -> Dataset:
     """Open a shard folder written by ``tpuprep build`` (reads and checks its manifest.json): a local
-    folder or a URL (``s3://bucket/shards``, ``gs://…``, any fsspec protocol) read with the same checks.
+    folder or a URL (``s3://bucket/shards``, ``gs://…``, any fsspec protocol) read with the same checks,
+    or a ``Store`` already resolved (``io.storage.resolve``; its own storage options then apply).
 
     ``storage_options`` go to the fsspec filesystem of a URL (e.g. ``{"anon": True}`` or
     ``{"endpoint_url": ...}`` for s3fs); without them endpoint and credentials come from the standard

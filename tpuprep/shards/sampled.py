@@ -114,8 +114,7 @@ class SampledReads:
                 rgs = [rg for p, rg in groups if p == path]
                 if collection_kind(collection) == "layout":
                     check_graph_groups(self._parquet(path).metadata, path, rgs, graph_id)
-                t = parquet.read_row_groups(self._parquet(path), path, rgs, ["graph_id", "config_id", "runtime"],
-                                    use_threads=False)
+                t = self._read(path, rgs, ["graph_id", "config_id", "runtime"], use_threads=False)
                 if collection_kind(collection) == "tile":
                     t = parquet.rows_of(t, "graph_id", graph_id)
                 pieces.append(t)
@@ -243,7 +242,7 @@ class SampledReads:
                      choose: Callable[[int], np.ndarray]) -> ConfigSample:
         pieces = []
         for path, rg in groups:
-            t = parquet.read_row_group(self._parquet(path), path, rg, _SAMPLE_COLUMNS["tile"])
+            t = self._read_one(path, rg, _SAMPLE_COLUMNS["tile"])
             pieces.append(parquet.rows_of(t, "graph_id", graph_id))
         table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         ids = flat(table.column("config_id"))

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from ..convert import ConvertedGraph
 from ..faults import checkpoint
 from ..io.files import sha256_file
-from ..io.storage import Store
+from ..io.store import Store
 from .layout import part_relpaths, shard_relpath
 from .schema import SCHEMA_VERSION, table_schema
 from .stamp import merged_id, shard_id, with_shard_id

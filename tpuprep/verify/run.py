@@ -117,11 +117,11 @@ def _submit(ds: Dataset, todo: list[tuple[InputFile, dict]], workers: int) -> _P
 
     runner = make_runner(workers, kernels=False)  # verify's checks are plain NumPy: no kernel to load
     try:
-        local = (ds.root,) if ds.store.is_local else ()  # a remote dataset: every worker reads the store
+        local = ds.store.worker_paths()  # a remote dataset: none, every worker reads the store
         batches = plan_batches(todo)
         futures = []
         for batch in batches:
-            files = dict.fromkeys(f for k in batch if (f := todo[k][0].local_file))
+            files = dict.fromkeys(f for k in batch for f in todo[k][0].worker_paths)
             futures.append(runner.submit(verify_batch, str(ds.root), [todo[k] for k in batch], ds.storage_options,
                                          paths=(*files, *local)))
     except BaseException:
