@@ -231,6 +231,40 @@ def test_build_log_file_inside_its_own_destination_is_refused(tree, tmp_path):
     assert list(dst.iterdir()) == []
 
 
+USER_README = "# My experiment\n\nNotes that exist nowhere else.\n"
+
+
+@pytest.mark.parametrize("mode", [[], ["--resume"], ["--overwrite"]])
+def test_a_users_readme_in_a_fresh_dst_is_never_replaced(tree, tmp_path, mode):
+    """Issue #36 item 12: a README.md tpuprep did not write was taken for the dataset card; --resume
+    replaced it (and --overwrite deleted it). It is a foreign file now: refused, every byte kept."""
+    dst = tmp_path / "out"
+    dst.mkdir()
+    (dst / "README.md").write_text(USER_README)
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", *mode)
+    _one_error_line(result, f"--dst {dst} holds files tpuprep did not write (README.md)")
+    assert _snapshot(dst) == {"README.md": USER_README.encode()}
+
+
+@pytest.mark.parametrize("mode", ["--resume", "--overwrite"])
+def test_a_card_replaced_by_the_users_readme_is_kept_and_tpuprep_s_own_card_is_rewritten(tree, tmp_path, mode):
+    """After a build (or while one is interrupted: no manifest yet), the card is tpuprep's and --resume /
+    --overwrite rewrite it; a README the user put in its place stops them with every byte kept."""
+    dst = tmp_path / "out"
+    assert _run("build", "--src", tree / "npz", "--dst", dst, "-q").exit_code == 0
+    card = (dst / "README.md").read_bytes()
+    assert card.startswith(b"---\n") and b"\n# TpuGraphs, preprocessed by tpuprep\n" in card
+    (dst / "README.md").write_text("stale")  # the user's words in place of the card
+    (dst / "manifest.json").unlink()  # an interrupted build: the card was written, the manifest not yet
+    before = _snapshot(dst)
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", mode)
+    _one_error_line(result, "README.md", "refusing to " + mode.removeprefix("--"))
+    assert _snapshot(dst) == before
+    (dst / "README.md").write_bytes(card)
+    assert _run("build", "--src", tree / "npz", "--dst", dst, "-q", mode).exit_code == 0
+    assert (dst / "README.md").read_bytes() == card and (dst / "manifest.json").exists()
+
+
 def test_run_log_file_onto_the_run_file_or_into_its_src_is_refused(tree, tmp_path):
     run_file = tmp_path / "job.toml"
     text = f'src = "{tree / "npz"}"\ndst = "{tmp_path / "out"}"\n[cluster]\ntype = "serial"\n'
