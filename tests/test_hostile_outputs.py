@@ -223,12 +223,31 @@ def test_log_file_in_the_shard_folder_is_refused(tree):
     assert _snapshot(tree / "shards") == before
 
 
-def test_build_log_file_inside_its_own_destination_is_refused(tree, tmp_path):
+@pytest.mark.parametrize("exists", [True, False])
+def test_build_log_file_inside_its_own_destination_is_refused_saying_why(tree, tmp_path, exists):
+    """Issue #36 item 13: it was refused as "an input of this command"; --dst is the output. A log there
+    would make --dst non-empty and be a file --resume refuses as not tpuprep's: the line says that and
+    where to put it instead, and nothing is created."""
     dst = tmp_path / "out"
-    dst.mkdir()
-    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", dst / "build.log")
-    _one_error_line(result, "--log-file", "lies inside --dst")
-    assert list(dst.iterdir()) == []
+    if exists:
+        dst.mkdir()
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", dst / "logs" / "build.log")
+    _one_error_line(result, f"--log-file {dst / 'logs' / 'build.log'} lies inside --dst {dst}, the shard folder "
+                    "this command writes", "refuse as not tpuprep's", f"e.g. --log-file {dst}.log")
+    assert "an input of this command" not in result.stderr
+    assert (list(dst.iterdir()) == []) if exists else not dst.exists()
+    beside = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", f"{dst}.log")
+    assert beside.exit_code == 0 and "converted" in (tmp_path / "out.log").read_text()
+
+
+def test_run_log_file_inside_its_dst_is_refused_saying_why(tree, tmp_path):
+    run_file = tmp_path / "job.toml"
+    run_file.write_text(f'src = "{tree / "npz"}"\ndst = "out"\n[cluster]\ntype = "serial"\n')
+    result = _run("run", run_file, "-q", "--log-file", tmp_path / "out" / "run.log")
+    _one_error_line(result, f"lies inside dst {tmp_path / 'out'}, the shard folder this command writes")
+    result = _run("run", run_file, "-q", "--dst", tmp_path / "other", "--log-file", tmp_path / "other" / "r.log")
+    _one_error_line(result, f"lies inside --dst {tmp_path / 'other'}, the shard folder this command writes")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "other").exists()
 
 
 USER_README = "# My experiment\n\nNotes that exist nowhere else.\n"
