@@ -90,6 +90,9 @@ CASES = [
     ("object_array", lambda r, p: _zip_member(r, p, {"node_feat.npy": _npy(np.array([{"a": 1}], dtype=object))}), "node_feat", "never unpickled"),
     ("gigantic_header", lambda r, p: _zip_member(r, p, {"node_feat.npy": _header((10**11, 140))}), "node_feat", "header claims shape"),
     ("splits_descending", lambda r, p: write(r, p, _layout(node_splits=np.array([[0, 9, 5, 12]]))), "node_splits", "not in ascending order"),
+    ("splits_down_by_one", lambda r, p: write(r, p, _layout(node_splits=np.array([[0, 5, 4, 12]]))), "node_splits", "not in ascending order"),
+    ("opcode_count_mismatch", lambda r, p: write(r, p, _layout(node_opcode=np.full(11, 2, np.uint8))), "node_opcode", "shape (11,), expected (12,) to match node_feat"),
+    ("no_config_nodes", lambda r, p: write(r, p, _layout(node_config_ids=np.zeros(0, np.int64), node_config_feat=np.zeros((9, 0, 18), np.float32))), "node_config_ids", "expected (nc,) with nc >= 1"),
 ]
 TILE_CASES = [
     ("zero_normalizer", lambda r, p: write(r, p, _tile(config_runtime_normalizers=np.zeros(6, np.int64))), "config_runtime_normalizers", "out of range"),
@@ -173,3 +176,104 @@ def test_graph_id_clash_is_bad_input(tmp_path):
     result = CliRunner().invoke(main, ["build", "--src", str(root), "--dst", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 3
     assert "clashes with" in result.stderr
+
+
+class _Tripwire:
+    """Unpickling it creates the file ``path``: proof that something unpickled a member."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_members_tpuprep_does_not_read_are_ignored_never_unpickled_and_named(tmp_path):
+    """Issue #36 item 10: a valid npz with an extra member of dtype object was quarantined as a whole.
+    A member the build does not read — objects, a structured dtype, a header lying about its size —
+    is ignored (never unpickled), the file converts exactly (verify says so) and the warnings name each
+    member: in the manifest, on stderr and in the log."""
+    root, wire = tmp_path / "npz", tmp_path / "unpickled"
+    arrays = {**layout_arrays(5), "meta": np.array([_Tripwire(wire)], dtype=object),
+              "pairs": np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])}
+    write(root, f"{L}/extras.npz", arrays)
+    with zipfile.ZipFile(root / L / "extras.npz", "a") as zf:  # a header claiming more than it holds
+        zf.writestr("liar.npy", _header((10**9, 140))[:-64])
+    write(root, f"{T}/tile_extras.npz", {**tile_arrays(3), "notes": np.array([_Tripwire(wire)], dtype=object)})
+    dst, log = tmp_path / "shards", tmp_path / "build.log"
+    result = CliRunner().invoke(main, ["build", "--src", str(root), "--dst", str(dst), "--log-file", str(log)])
+    assert result.exit_code == 0, result.output
+    inputs = {i["path"]: i for i in json.loads((dst / "manifest.json").read_text())["inputs"]}
+    assert [i["status"] for i in inputs.values()] == ["ok", "ok"]
+    warned = inputs[f"{L}/extras.npz"]["warnings"]
+    assert [w.split(",")[0] for w in warned] == ["unknown key 'meta' ignored", "unknown key 'pairs' ignored",
+                                                 "unknown key 'liar' ignored"], warned
+    assert "never read (dtype object is not a numeric array (objects are never unpickled))" in warned[0]
+    assert "structured dtype" in warned[1] and "header claims shape (1000000000, 140)" in warned[2]
+    assert inputs[f"{T}/tile_extras.npz"]["warnings"][0].startswith("unknown key 'notes' ignored, never read")
+    for text in (result.stderr, log.read_text()):
+        assert f"warning: {L}/extras.npz: unknown key 'meta' ignored, never read" in text
+        assert f"warning: {T}/tile_extras.npz: unknown key 'notes' ignored" in text
+    verified = CliRunner().invoke(main, ["verify", "--src", str(root), "--dst", str(dst), "-q"])
+    assert verified.exit_code == 0 and "all exact" in verified.output, verified.output
+    assert not wire.exists()
+
+
+def test_a_required_member_whose_header_cannot_be_used_is_still_refused(tmp_path):
+    root = tmp_path / "npz"
+    wire = tmp_path / "unpickled"
+    write(root, f"{L}/obj.npz", {**layout_arrays(1), "node_splits": np.array([_Tripwire(wire)], dtype=object)})
+    result = CliRunner().invoke(main, ["build", "--src", str(root), "--dst", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 3
+    entry = json.loads((tmp_path / "out" / "quarantine.jsonl").read_text())
+    assert entry["key"] == "node_splits" and "never unpickled" in entry["error"]
+    assert not wire.exists()
+
+
+def test_a_fortran_ordered_node_config_feat_converts_like_its_c_order_twin(tmp_path, monkeypatch):
+    """Issue #36 item 9: a valid npz whose (c, nc, 18) node_config_feat is Fortran-ordered was quarantined
+    ("cannot be streamed by rows"). It is streamed in passes of a bounded window (here shrunk so that it
+    takes several), converts to exactly the graph its C-order twin gives, says so in a warning, and
+    verify (its own reader) finds it exact."""
+    from tpuprep.io import npz
+
+    arrays = layout_arrays(7, n=30, c=40)
+    twin, fortran = tmp_path / "c" / "npz", tmp_path / "f" / "npz"
+    write(twin, f"{L}/g.npz", arrays)
+    write(fortran, f"{L}/g.npz", {**arrays, "node_config_feat": np.asfortranarray(arrays["node_config_feat"])})
+    assert np.load(fortran / L / "g.npz")["node_config_feat"].flags.f_contiguous
+    monkeypatch.setattr(npz, "FORTRAN_WINDOW_BYTES", 3 * 3 * 18 * 4)  # 3 configs per pass: 14 passes
+    for src in (twin, fortran):
+        result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(src.parent / "shards"), "-q"])
+        assert result.exit_code == 0, result.output
+        verified = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(src.parent / "shards"), "-q"])
+        assert verified.exit_code == 0 and "all exact" in verified.output, verified.output
+    [entry] = json.loads((fortran.parent / "shards" / "manifest.json").read_text())["inputs"]
+    assert entry["warnings"] == ["node_config_feat is in Fortran order: streamed in 14 passes over the member "
+                                 "(saved in C order, np.ascontiguousarray, it takes one)"]
+    import tpuprep
+
+    a, b = (tpuprep.open_dataset(p.parent / "shards") for p in (twin, fortran))
+    ga, gb = (d.load_graph("layout:xla:random:g") for d in (a, b))
+    assert np.array_equal(ga.config_codes, gb.config_codes) and np.array_equal(ga.config_inverse, gb.config_inverse)
+    assert np.array_equal(gb.node_config_feat()[gb.config_inverse],
+                          arrays["node_config_feat"].astype(np.int8))
+
+
+@pytest.mark.parametrize(("window_configs", "warned"), [(40, False), (39, True), (20, True)])
+def test_the_fortran_warning_counts_passes_from_two(tmp_path, monkeypatch, window_configs, warned):
+    """One pass (the window holds every config) is no different from C order: no warning; two or more
+    passes are named."""
+    from tpuprep.inputs import discover
+    from tpuprep.io import npz
+    from tpuprep.readgraph import read_graph
+
+    arrays = layout_arrays(2, c=40)
+    write(tmp_path / "npz", f"{L}/g.npz", {**arrays, "node_config_feat": np.asfortranarray(arrays["node_config_feat"])})
+    monkeypatch.setattr(npz, "FORTRAN_WINDOW_BYTES", window_configs * 3 * 18 * 4)
+    [inp], _ = discover(tmp_path / "npz")
+    with npz.NpzFile(inp.path) as f:
+        warnings = read_graph(f, inp).warnings
+    passes = -(-40 // window_configs)
+    assert warnings == ([f"node_config_feat is in Fortran order: streamed in {passes} passes over the member "
+                         "(saved in C order, np.ascontiguousarray, it takes one)"] if warned else [])

@@ -39,9 +39,13 @@ def dst(request, tmp_path) -> Store:
     return resolve(f"{request.getfixturevalue('bucket')}/out")
 
 
+CARD_TEXT = b"---\nlicense: other\n---\n\n# TpuGraphs, preprocessed by tpuprep\n\nSchema version 3.2\n"
+"""How every dataset card tpuprep writes begins (``card.render_card``)."""
+
+
 def _put(store: Store, rels: list[str]) -> None:
     for rel in rels:
-        store.write_bytes(rel, b"x")
+        store.write_bytes(rel, CARD_TEXT if rel == "README.md" else b"x")
 
 
 # -------------------------------------------------------------------------- contents and clear
@@ -334,3 +338,36 @@ def test_a_sidecar_that_is_a_link_is_not_a_finished_batch(tmp_path):
     os.rename(sidecar, tmp_path / "elsewhere.json")
     os.symlink(tmp_path / "elsewhere.json", sidecar)
     assert _reusable(batch, BuildOptions(), staging) is None  # never followed
+
+
+# ------------------------------------------------------------------------- the card (issue #36 item 12)
+
+
+@pytest.mark.parametrize(("text", "own"), [
+    (CARD_TEXT, True),
+    (CARD_TEXT.replace(b"\n", b"\r\n"), True),  # a checkout that turned it into CRLF
+    (b"---\na: 1\n---\n# TpuGraphs, preprocessed by tpuprep\n", True),
+    (b"# My notes\n\nDo not delete.\n", False),
+    (b"", False),
+    (b"# TpuGraphs, preprocessed by tpuprep\n", False),  # no front matter: not how tpuprep writes it
+    (b"My intro\n---\n\n# TpuGraphs, preprocessed by tpuprep\n", False),  # a rule, not front matter
+    (b"---\na: 1\n---\n\nMy own words first.\n# TpuGraphs, preprocessed by tpuprep\n", False),
+    (b"---\na: 1\n\n# TpuGraphs, preprocessed by tpuprep\n", False),  # front matter never closed
+    (b"---\na: 1\n---\n\n# TpuGraphs, preprocessed by tpuprep, and my notes\n", False),
+])
+def test_a_readme_is_tpuprep_s_only_when_it_is_a_card_tpuprep_wrote(dst, text, own):
+    """A user's own README.md in --dst was taken for the card and replaced by --resume (deleted by
+    --overwrite): it is foreign now, so both refuse the folder and it keeps every byte."""
+    assert destination.is_tpuprep_card(text) == own
+    dst.write_bytes("README.md", text)
+    got = destination.contents(dst)
+    assert (got.files, got.foreign) == ((["README.md"], []) if own else ([], ["README.md"]))
+    assert dst.read_bytes("README.md") == text
+
+
+def test_the_card_tpuprep_renders_is_recognised():
+    from tpuprep.shards.card import render_card
+
+    manifest = {"schema_version": "3.2", "versions": {"tpuprep": "0"}, "options": {}, "shards": [],
+                "collections": {}, "quarantine": []}
+    assert destination.is_tpuprep_card(render_card(manifest).encode())

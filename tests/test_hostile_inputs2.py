@@ -364,6 +364,19 @@ def test_a_member_read_whole_that_inflates_beyond_the_ratio_bound_is_refused(tmp
     assert q["key"] == "node_splits" and "above the limit of 400 : 1 for a member read whole" in q["error"]
 
 
+def test_a_member_the_build_never_reads_is_not_held_to_the_read_whole_limits(tmp_path):
+    """Issue #36 item 10: the limits bound what the build reads; an extra member (here ~1000 : 1 zeros,
+    which node_splits may not be) is never inflated by it, so it is ignored with a warning."""
+    arrays = {**layout_arrays(1, n=20, c=12), "junk": np.zeros((1, 700_000), np.int64)}
+    src = tmp_path / "npz"
+    write(src, "layout/xla/random/train/g.npz", arrays)
+    dst = tmp_path / "shards"
+    result = _run("build", "--src", str(src), "--dst", str(dst), "-q")
+    assert result.exit_code == 0, result.output
+    [entry] = json.loads((dst / "manifest.json").read_text())["inputs"]
+    assert entry["status"] == "ok" and entry["warnings"] == ["unknown key 'junk' ignored"]
+
+
 def _bomb(path: Path, n: int, m: int) -> None:
     """A tile npz whose node_feat (n, 140) float32 and edge_index (m, 2) int64 are zeros, written by
     streaming DEFLATE (never held in memory); the other members are small."""

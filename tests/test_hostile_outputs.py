@@ -223,12 +223,65 @@ def test_log_file_in_the_shard_folder_is_refused(tree):
     assert _snapshot(tree / "shards") == before
 
 
-def test_build_log_file_inside_its_own_destination_is_refused(tree, tmp_path):
+@pytest.mark.parametrize("exists", [True, False])
+def test_build_log_file_inside_its_own_destination_is_refused_saying_why(tree, tmp_path, exists):
+    """Issue #36 item 13: it was refused as "an input of this command"; --dst is the output. A log there
+    would make --dst non-empty and be a file --resume refuses as not tpuprep's: the line says that and
+    where to put it instead, and nothing is created."""
+    dst = tmp_path / "out"
+    if exists:
+        dst.mkdir()
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", dst / "logs" / "build.log")
+    _one_error_line(result, f"--log-file {dst / 'logs' / 'build.log'} lies inside --dst {dst}, the shard folder "
+                    "this command writes", "refuse as not tpuprep's", f"e.g. --log-file {dst}.log")
+    assert "an input of this command" not in result.stderr
+    assert (list(dst.iterdir()) == []) if exists else not dst.exists()
+    beside = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", f"{dst}.log")
+    assert beside.exit_code == 0 and "converted" in (tmp_path / "out.log").read_text()
+
+
+def test_run_log_file_inside_its_dst_is_refused_saying_why(tree, tmp_path):
+    run_file = tmp_path / "job.toml"
+    run_file.write_text(f'src = "{tree / "npz"}"\ndst = "out"\n[cluster]\ntype = "serial"\n')
+    result = _run("run", run_file, "-q", "--log-file", tmp_path / "out" / "run.log")
+    _one_error_line(result, f"lies inside dst {tmp_path / 'out'}, the shard folder this command writes")
+    result = _run("run", run_file, "-q", "--dst", tmp_path / "other", "--log-file", tmp_path / "other" / "r.log")
+    _one_error_line(result, f"lies inside --dst {tmp_path / 'other'}, the shard folder this command writes")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "other").exists()
+
+
+USER_README = "# My experiment\n\nNotes that exist nowhere else.\n"
+
+
+@pytest.mark.parametrize("mode", [[], ["--resume"], ["--overwrite"]])
+def test_a_users_readme_in_a_fresh_dst_is_never_replaced(tree, tmp_path, mode):
+    """Issue #36 item 12: a README.md tpuprep did not write was taken for the dataset card; --resume
+    replaced it (and --overwrite deleted it). It is a foreign file now: refused, every byte kept."""
     dst = tmp_path / "out"
     dst.mkdir()
-    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", "--log-file", dst / "build.log")
-    _one_error_line(result, "--log-file", "lies inside --dst")
-    assert list(dst.iterdir()) == []
+    (dst / "README.md").write_text(USER_README)
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", *mode)
+    _one_error_line(result, f"--dst {dst} holds files tpuprep did not write (README.md)")
+    assert _snapshot(dst) == {"README.md": USER_README.encode()}
+
+
+@pytest.mark.parametrize("mode", ["--resume", "--overwrite"])
+def test_a_card_replaced_by_the_users_readme_is_kept_and_tpuprep_s_own_card_is_rewritten(tree, tmp_path, mode):
+    """After a build (or while one is interrupted: no manifest yet), the card is tpuprep's and --resume /
+    --overwrite rewrite it; a README the user put in its place stops them with every byte kept."""
+    dst = tmp_path / "out"
+    assert _run("build", "--src", tree / "npz", "--dst", dst, "-q").exit_code == 0
+    card = (dst / "README.md").read_bytes()
+    assert card.startswith(b"---\n") and b"\n# TpuGraphs, preprocessed by tpuprep\n" in card
+    (dst / "README.md").write_text("stale")  # the user's words in place of the card
+    (dst / "manifest.json").unlink()  # an interrupted build: the card was written, the manifest not yet
+    before = _snapshot(dst)
+    result = _run("build", "--src", tree / "npz", "--dst", dst, "-q", mode)
+    _one_error_line(result, "README.md", "refusing to " + mode.removeprefix("--"))
+    assert _snapshot(dst) == before
+    (dst / "README.md").write_bytes(card)
+    assert _run("build", "--src", tree / "npz", "--dst", dst, "-q", mode).exit_code == 0
+    assert (dst / "README.md").read_bytes() == card and (dst / "manifest.json").exists()
 
 
 def test_run_log_file_onto_the_run_file_or_into_its_src_is_refused(tree, tmp_path):

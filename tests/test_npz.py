@@ -7,6 +7,8 @@ import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tpuprep.errors import BadInput
 from tpuprep.io.npz import NpzFile
@@ -38,8 +40,11 @@ def test_header_claiming_a_gigantic_shape_is_refused(tmp_path):
     np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 140)})
     with zipfile.ZipFile(tmp_path / "x.npz", "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("node_feat.npy", buf.getvalue() + b"\0" * 64)
-    with pytest.raises(BadInput, match=r"node_feat.*header claims shape"):
-        NpzFile(tmp_path / "x.npz")
+    with NpzFile(tmp_path / "x.npz") as f:  # an error for whoever reads it, before any allocation
+        assert "header claims shape" in f.unreadable["node_feat"] and f.keys == ["node_feat"]
+        for read in (f.member, f.read, lambda k: list(f.iter_rows(k, 10))):
+            with pytest.raises(BadInput, match=r"node_feat.*header claims shape"):
+                read("node_feat")
 
 
 def test_corrupt_member_is_detected_by_crc(tmp_path):
@@ -61,10 +66,26 @@ def test_truncated_and_non_zip_files_are_bad_input(tmp_path):
         NpzFile(tmp_path / "n.npz")
 
 
+class _Tripwire:
+    """Unpickling it creates the file ``path``: proof that something unpickled the member."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
 def test_object_arrays_are_never_unpickled(tmp_path):
-    np.savez(tmp_path / "o.npz", a=np.array([{"x": 1}], dtype=object))
-    with pytest.raises(BadInput, match="never unpickled"):
-        NpzFile(tmp_path / "o.npz")
+    tripwire = tmp_path / "unpickled"
+    np.savez(tmp_path / "o.npz", a=np.array([_Tripwire(tripwire)], dtype=object), b=np.arange(4))
+    with NpzFile(tmp_path / "o.npz") as f:
+        assert f.keys == ["a", "b"] and list(f.members) == ["b"] and "never unpickled" in f.unreadable["a"]
+        np.testing.assert_array_equal(f.read("b"), np.arange(4))
+        for read in (f.member, f.read, lambda k: list(f.iter_rows(k, 1))):
+            with pytest.raises(BadInput, match=r"\[a\]: dtype object is not a numeric array"):
+                read("a")
+    assert not tripwire.exists()
 
 
 def _installed_backends() -> list[str]:
@@ -164,3 +185,85 @@ def test_a_file_cut_inside_its_end_record_is_called_truncated(tmp_path, cut):
     path.write_bytes(path.read_bytes()[:-cut])
     with pytest.raises(BadInput, match=r"end record is cut short \(a truncated file\?\)"):
         NpzFile(path)
+
+
+# ---------------------------------------------------------------------- Fortran-ordered members (#36 item 9)
+
+
+def _fortran_npz(arr: np.ndarray, compressed: bool = True) -> bytes:
+    """An npz whose member ``x`` is ``arr`` saved in Fortran order (as np.save writes an F-contiguous
+    array), beside a small C-order member."""
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, x=np.asfortranarray(arr), y=np.arange(3))
+    return buf.getvalue()
+
+
+@settings(max_examples=40)
+@given(shape=st.lists(st.integers(1, 9), min_size=2, max_size=4).map(tuple),
+       dtype=st.sampled_from(["<f4", ">f4", "<i8", ">i2", "|i1", "<f8"]),
+       window=st.integers(1, 4000), step=st.integers(1, 12), compressed=st.booleans(), seed=st.integers(0, 99))
+def test_a_fortran_member_streams_by_rows_exactly_as_np_load_reads_it(shape, dtype, window, step, compressed, seed):
+    """Any shape, byte order and window (one row per pass up to the whole member): the rows in order,
+    each chunk ≤ step rows, C-contiguous, native byte order, equal to np.load's array."""
+    arr = np.random.default_rng(seed).integers(-100, 100, shape).astype(dtype)
+    data = _fortran_npz(arr, compressed)
+    with NpzFile("x.npz", io.BytesIO(data)) as f:
+        chunks = [(start, chunk.copy()) for start, chunk in f.iter_rows("x", step, window)]
+    assert [s for s, _ in chunks] == [sum(len(c) for _, c in chunks[:i]) for i in range(len(chunks))]
+    assert all(1 <= len(c) <= step and c.flags.c_contiguous and c.dtype.isnative for _, c in chunks)
+    got = np.concatenate([c for _, c in chunks])
+    assert got.dtype == arr.dtype.newbyteorder("=") and np.array_equal(got, np.load(io.BytesIO(data))["x"])
+
+
+@pytest.mark.parametrize(("window_rows", "passes"), [(1, 50), (7, 8), (50, 1), (10**6, 1)])
+def test_a_fortran_member_is_read_in_one_pass_per_window_holding_one_window(monkeypatch, window_rows, passes):
+    """⌈rows / window⌉ passes over the member, and nothing larger than the window (plus a read block)
+    is allocated for its rows."""
+    arr = np.random.default_rng(1).integers(-1, 6, (50, 30, 18)).astype(np.float32)
+    row_bytes = 30 * 18 * 4
+    with NpzFile("x.npz", io.BytesIO(_fortran_npz(arr))) as f:
+        opened = []
+        real_open = f._open_data
+        monkeypatch.setattr(f, "_open_data", lambda m: opened.append(m.key) or real_open(m))
+        allocated = []
+        real_empty = np.empty
+
+        def empty(shape, dtype=float, *a, **k):
+            out = real_empty(shape, dtype, *a, **k)
+            allocated.append(out.nbytes)
+            return out
+
+        monkeypatch.setattr(np, "empty", empty)
+        got = np.concatenate([c.copy() for _, c in f.iter_rows("x", 4, window_rows * row_bytes)])
+        monkeypatch.undo()
+    assert np.array_equal(got, arr) and opened == ["x"] * passes
+    assert max(allocated) <= max(min(window_rows, 50) * row_bytes, 1 << 20)
+
+
+def test_a_corrupt_fortran_member_fails_before_any_of_its_rows(tmp_path):
+    arr = np.random.default_rng(2).normal(size=(400, 20, 18)).astype(np.float32)
+    data = bytearray(_fortran_npz(arr, compressed=False))
+    data[data.index(b"\x93NUMPY") + 5000] ^= 0x01  # a STORED data byte: only the CRC can tell
+    with NpzFile("x.npz", io.BytesIO(bytes(data))) as f:
+        rows = f.iter_rows("x", 10, 10**9)
+        with pytest.raises(BadInput, match=r"x\.npz \[x\]: CRC-32 mismatch"):
+            next(rows)
+
+
+@pytest.mark.parametrize(("claim", "holds"), [((10,), 11), ((10,), 9), ((2, 5), 11)])
+def test_a_header_claiming_more_or_fewer_bytes_than_the_member_holds_is_unreadable(tmp_path, claim, holds):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<i8", "fortran_order": False, "shape": claim})
+    with zipfile.ZipFile(tmp_path / "x.npz", "w") as zf:
+        zf.writestr("a.npy", buf.getvalue() + np.arange(holds, dtype="<i8").tobytes())
+    with NpzFile(tmp_path / "x.npz") as f:
+        assert f.unreadable["a"] == f"header claims shape {claim} of int64 ({80} bytes) but the member holds " \
+                                    f"{8 * holds} bytes of data"
+
+
+@pytest.mark.parametrize("arr", [np.array(["ab", "c"]), np.array([b"x"]), np.array([1], "datetime64[s]"),
+                                 np.array([1], "timedelta64[s]"), np.zeros(2, "V4")])
+def test_arrays_that_are_not_numbers_are_unreadable_members(tmp_path, arr):
+    np.savez(tmp_path / "x.npz", a=arr, b=np.arange(2))
+    with NpzFile(tmp_path / "x.npz") as f:
+        assert "is not a numeric array" in f.unreadable["a"] and list(f.members) == ["b"]

@@ -203,6 +203,7 @@ def test_environment_variables_expand_in_paths(tmp_path, monkeypatch):
     ('src = "a"\ndst = "b"\n[cluster]\ntype = "dask"\nretries = -1\n', r"\[cluster.retries\] must be at least 0"),
     ('src = "a"\ndst = "b"\nsplits = "train,validation"\n', r"\[splits\] 'validation' is not a split"),
     ('src = "a"\ndst = "b"\n[synth]\nseed = "0"\n', r"\[synth.seed\] must be int, not str"),
+    ('src = "a"\ndst = "b"\n[synth]\nseed = -1\n', r"\[synth.seed\] must be at least 0, not -1"),
     ('src = ""\ndst = "b"\n', r"\[src\] must not be empty"),
 ])
 def test_mistakes_are_one_clear_error(tmp_path, text, message):
@@ -261,3 +262,37 @@ def test_a_copied_demo_file_keeps_working(tmp_path, tiny):
     shutil.copy(PIPELINES / "demo-local.toml", tmp_path / "demo.toml")
     p = load_pipeline(tmp_path / "demo.toml")
     assert p.src == tmp_path.parent / "demo-data" / "npz"
+
+
+@pytest.mark.parametrize("option", ['endpoint_url = "$1"', 'endpoint_url = "${…}"', 'endpoint_url = "${1}"',
+                                    "bogus_option = 3", 'client_kwargs = "zz"'])
+def test_storage_options_the_store_refuses_are_one_line_not_a_traceback(tmp_path, tiny, monkeypatch, option):
+    """Issue #36 item 14: ``$1`` or ``${…}`` (kept as written: no variable) in a dst storage option
+    reached the store library, whose ValueError (and TypeError, AttributeError for a bad option)
+    ended the run in a traceback. One line naming --dst, exit 1, nothing written."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    run_file = tmp_path / "job.toml"
+    run_file.write_text(f'src = "{tiny}"\ndst = "s3://tpuprep-test-bucket/out"\n[cluster]\ntype = "serial"\n'
+                        f"[dst_storage_options]\n{option}\n")
+    result = CliRunner().invoke(main, ["run", str(run_file), "-q"])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # not an escaped ValueError / TypeError
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --dst s3://tpuprep-test-bucket/out: cannot be reached "
+                                                   "with its storage options ("), lines
+
+
+def test_a_negative_seed_is_refused_on_every_command_line(tmp_path):
+    """A seed is an integer ≥ 0 everywhere (NumPy's seeds): synth and train refused -1 only inside, with
+    NumPy's words, or not at all; the run file's [synth] seed is bounded the same way (above)."""
+    from tpuprep.train.trainer import TrainConfig
+
+    for args in (["synth", "--dst", str(tmp_path / "new"), "--seed", "-1"],
+                 ["train", "--shards", str(tmp_path), "--collection", "tile:xla", "--out", str(tmp_path / "m"),
+                  "--seed", "-1"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and "--seed" in result.output and "-1 is not in the range x>=0" in result.output
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(ValueError, match="seed must be an integer ≥ 0"):
+            TrainConfig(seed=bad)

@@ -27,7 +27,7 @@ import tpuprep.io.inflate as inflate
 import tpuprep.io.npz as npz
 from tpuprep.build import build
 from tpuprep.cli import main
-from tpuprep.verify import sample_inputs, verify
+from tpuprep.verify import sample_inputs, sample_size, verify
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -152,6 +152,22 @@ def test_sample_inputs_is_a_seeded_subset_in_order():
     assert len(sample_inputs(list(range(7)), 0.3, 0)) == math.ceil(0.3 * 7)
 
 
+@pytest.mark.parametrize(("fraction", "n", "k"), [(1e-300, 23, 1), (5e-324, 1, 1), (1e-9, 10**6, 1),
+                                                   (0.05, 540, 27), (0.1, 30, 3), (0.3, 7, 3),
+                                                   (0.5, 1, 1), (1.0, 8, 8), (0.7, 0, 0)])
+def test_a_sample_is_the_ceiling_of_the_fraction_as_written_and_never_empty(fraction, n, k):
+    """docs/cli.md: ⌈F × n⌉ of them, so ≥ 1 of n ≥ 1 however small F (1e-300 checked none and printed
+    "all exact"); exact on the decimal F is written as (0.05 × 540 is 27, not 28)."""
+    assert sample_size(fraction, n) == k
+    assert len(sample_inputs(list(range(n)), fraction, 0)) == k
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.5, math.nan])
+def test_a_fraction_outside_zero_to_one_is_refused(fraction):
+    with pytest.raises(ValueError, match="fraction in"):
+        sample_size(fraction, 10)
+
+
 def test_verify_sample_checks_a_subset_and_says_so(built):
     src, dst = built
     result = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "--sample", "0.5",
@@ -169,6 +185,25 @@ def test_verify_sample_checks_a_subset_and_says_so(built):
     assert doc["graphs_checked"] == doc["graphs_total"] == 8 and doc["sample"] is None
     refused = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "--sample", "0"])
     assert refused.exit_code == 2
+
+
+def test_a_tiny_sample_checks_one_graph_never_none(built):
+    src, dst = built
+    result = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "--sample", "1e-300",
+                                       "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["graphs_checked"] == 1 and doc["graphs_total"] == 8, doc
+
+
+def test_a_negative_seed_is_a_usage_error_not_a_traceback(built):
+    src, dst = built
+    result = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "--sample", "0.5",
+                                       "--seed", "-1"])
+    assert result.exit_code == 2, result.output
+    assert "--seed" in result.output and "Traceback" not in result.output
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        verify(src, dst, sample=0.5, seed=-1)
 
 
 def test_a_sampled_verify_checks_only_its_graphs_but_every_shard(built):

@@ -259,7 +259,13 @@ def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: 
     """
     if dst.root_not_a_folder:
         raise UsageError(f"--dst {dst.display} exists and is not a folder")
-    dst.check_reachable()
+    try:
+        dst.check_reachable()
+    except OSError:
+        raise  # a missing bucket, a denied request: store_errors names them
+    except Exception as exc:  # the store library's own: no credentials, an invalid endpoint or option
+        raise FatalError(f"--dst {dst.display}: cannot be reached with its storage options "
+                         f"({type(exc).__name__}: {one_line(exc)})") from None
     if not locked:
         destination.probe(dst)
     contents = destination.contents(dst)

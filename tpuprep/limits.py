@@ -18,9 +18,10 @@ any member read whole, bytes        512 MiB      512 MiB
 inflated ÷ compressed, read whole   400          400
 ==================================  ===========  ===========
 
-The ratio bound applies to the members read whole (all but ``node_config_feat``, which is streamed)
-once they inflate to more than ``RATIO_FREE_BYTES``; real members stay below 110 : 1. Every member
-also must not claim more than DEFLATE can produce (``DEFLATE_MAX_RATIO``).
+The limits bound the members the build reads (``LAYOUT_KEYS`` / ``TILE_KEYS``): another member is never
+inflated by it (issue #36 item 10). The ratio bound applies to the members read whole (all but
+``node_config_feat``, which is streamed) once they inflate to more than ``RATIO_FREE_BYTES``; real members
+stay below 110 : 1. Every member also must not claim more than DEFLATE can produce (``DEFLATE_MAX_RATIO``).
 
 The environment variable ``TPUPREP_INPUT_LIMIT_SCALE`` (a positive number, default 1) multiplies
 every limit (the ratio up to ``DEFLATE_MAX_RATIO``): set it for the build and for ``verify`` (on
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 
 from .errors import BadInput, UsageError
 from .io.npz import NpzFile
+from .tpugraphs import LAYOUT_KEYS, TILE_KEYS
 
 ENV_SCALE = "TPUPREP_INPUT_LIMIT_SCALE"
 """The environment variable whose value multiplies every input limit."""
@@ -117,8 +119,11 @@ def check_input_limits(f: NpzFile, kind: str) -> None:
     """Raise BadInput (naming the file, the key and the limit) when the zip directory or an ``.npy``
     header of ``f``, a ``layout`` or ``tile`` file, declares more than the limits allow. Reads
     nothing: ``NpzFile`` has parsed the headers already. Members are checked in the zip directory's order, so
-    with several over their limits the first of them is the one reported."""
+    with several over their limits the first of them is the one reported. Only the members a ``kind``
+    file is read for (``LAYOUT_KEYS`` / ``TILE_KEYS``) are bounded: another member is never inflated by
+    the build, so its size cannot cost anything (it must still not claim more than DEFLATE can make)."""
     lim = limits_for(kind)
+    read = LAYOUT_KEYS if kind == "layout" else TILE_KEYS
     members = f.members
     for key, m in members.items():
         if m.compress_type and m.file_size > DEFLATE_MAX_RATIO * m.compress_size + (1 << 20):
@@ -130,6 +135,8 @@ def check_input_limits(f: NpzFile, kind: str) -> None:
         if key in members and members[key].shape:
             _over(f, key, what, members[key].shape[0], limit, kind, lim)
     for key, m in members.items():
+        if key not in read:
+            continue
         if key == STREAMED and kind == "layout":
             _over(f, key, "inflated bytes", m.file_size, lim.config_bytes, kind, lim)
             continue

@@ -47,7 +47,7 @@ class GraphArrays:
 
 
 def _member(f: NpzFile, key: str) -> Member:
-    return f.members[key]
+    return f.member(key)  # Unreadable (a BadInput) when its header cannot be used
 
 
 def _check_kind(f: NpzFile, key: str, kinds: str, what: str) -> Member:
@@ -86,11 +86,15 @@ def read_graph(f: NpzFile, inp: InputKind) -> GraphArrays:
     """Read and validate everything but the big config member of a layout or tile file."""
     layout = inp.kind == "layout"
     required = LAYOUT_KEYS if layout else TILE_KEYS
-    missing = [k for k in required if k not in f.members]
+    for key in f.keys:
+        if key in required:
+            _member(f, key)  # the first required member whose header cannot be used, in the file's order
+    missing = [k for k in required if k not in f.keys]
     if missing:
         raise BadInput(f.path, missing[0], "required key is missing"
                        + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
-    warnings = [f"unknown key {k!r} ignored" for k in f.members if k not in required]
+    warnings = [f"unknown key {k!r} ignored" + (f", never read ({f.unreadable[k]})" if k in f.unreadable else "")
+                for k in f.keys if k not in required]
     check_input_limits(f, inp.kind)
 
     nf = _check_kind(f, "node_feat", "f", "floating point")
@@ -131,6 +135,9 @@ def read_graph(f: NpzFile, inp: InputKind) -> GraphArrays:
             i = int(np.argmin(np.diff(g.node_config_ids) > 0))
             raise BadInput(f.path, "node_config_ids",
                            f"not strictly increasing at position {i + 1} ({g.node_config_ids[i]} then {g.node_config_ids[i + 1]})")
+        if ncf.passes() > 1:
+            g.warnings.append(f"node_config_feat is in Fortran order: streamed in {ncf.passes()} passes over "
+                              "the member (saved in C order, np.ascontiguousarray, it takes one)")
         g.node_splits = _as_int(f, "node_splits", _read_small(f, "node_splits").reshape(-1), 0, n, np.int64)
         if (np.diff(g.node_splits) < 0).any():
             raise BadInput(f.path, "node_splits", "boundaries are not in ascending order")

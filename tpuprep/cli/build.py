@@ -23,7 +23,7 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                         compression_level=compression_level)
     if as_json:
         json_errors()
-    check_output(log_file, "--log-file", [("--src", src), ("--dst", dst)], append=True)
+    check_output(log_file, "--log-file", [("--src", src)], append=True, writes=[("--dst", dst)])
     if open_log(log_file):
         log(f"tpuprep build --src {shown(src)} --dst {shown(dst)}" + (" --resume" if resume else ""))
     request = make_request(src, dst, opts, collections=collections, splits=splits, collection=collection,

@@ -217,6 +217,9 @@ class Progress:
                 self._bad(info)
             elif self.verbose:
                 self._echo(f"{'reused' if info.get('reused') else 'ok'}  {display_name(info['path'])}")
+            if not info.get("reused"):  # a reused file's warnings were said by the build that converted it
+                for warning in info.get("warnings") or ():
+                    self._warn(display_name(f"warning: {info['path']}: {warning}"))
             if self.bar:
                 self.bar.update(1)
 
@@ -266,6 +269,13 @@ class Progress:
         log(text)
         with self.lock:
             click.echo(text, err=True)
+
+    def _warn(self, text: str) -> None:
+        """A converted input's warning (an unknown member ignored): in the log, and on stderr unless -q."""
+        log(text)
+        if not self.quiet:
+            with self.lock:
+                click.echo(("\n" if self.bar else "") + text, err=True)
 
     def _bad(self, r: dict) -> None:
         self.bad += 1

@@ -119,7 +119,8 @@ def _source(ctx: click.Context, param: click.Parameter, value: str) -> Path | st
 @click.option("--sample", default=None, type=FiniteFloatRange(0, 1, min_open=True),
               help="Check only this fraction of the graphs against their inputs (a subset drawn with "
                    "--seed); every shard is still checked (docs/cli.md).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the --sample subset.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
+              help="Seed of the --sample subset (an integer ≥ 0).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON document on stdout instead of the report (docs/cli.md).")

@@ -8,7 +8,12 @@ Every command that writes a file or a folder (``train --out``, ``predict --out``
 * a path in a shard folder, i.e. the path itself or any folder above it holds a tpuprep
   ``manifest.json`` (``"format": "tpuprep-shards"``), a build's lock ``.tpuprep.lock`` or its
   staging folder ``.tpuprep/`` (``train --out S/manifest`` would replace ``S/manifest.json``);
-* a path inside (or equal to) one of the command's input folders (``--shards``, ``--src``, ``--dst``);
+* a path inside (or equal to) one of the command's input folders (``--shards``, ``--src``, verify's
+  ``--dst``);
+* a path inside the shard folder the command writes (a build's ``--dst``, a run's ``dst``), even a
+  fresh one: a shard folder holds only what tpuprep writes, and a log there would make ``--dst``
+  non-empty and be a file ``--resume``/``--overwrite`` refuse as not tpuprep's (the message says so
+  and proposes a path beside it);
 * a path that is one of the command's input files (``--log-file`` naming the input ``.npz`` would
   append to it; a model's ``.npz``/``.json``; the run file), also through a symbolic or hard link;
 * for a log file (appended to), an existing file that holds data: an ``.npz``, ``.npy``, Parquet or
@@ -111,12 +116,12 @@ def _data_kind(path: Path) -> str | None:
 
 
 def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Iterable[Input] = (), *,
-                 append: bool = False) -> Path | None:
+                 append: bool = False, writes: Iterable[Input] = ()) -> Path | None:
     """Refuse (``UsageError``, one line naming ``option``) an output ``path`` that is empty, lies in a
-    shard folder, lies in an input folder or is an input file (see the module docstring); with
-    ``append`` (a log file) also an existing file that holds data (an ``.npz``, ``.npy``, Parquet or tar
-    file: e.g. an input reached through a hard link). Returns ``path`` resolved (None for None; a URL as
-    given, unchecked)."""
+    shard folder, lies in an input folder, is an input file, or lies in a shard folder the command
+    writes (``writes``: a build's ``--dst``) (see the module docstring); with ``append`` (a log file)
+    also an existing file that holds data (an ``.npz``, ``.npy``, Parquet or tar file: e.g. an input
+    reached through a hard link). Returns ``path`` resolved (None for None; a URL as given, unchecked)."""
     if path is None:
         return None
     text = os.fspath(path)
@@ -143,6 +148,15 @@ def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Itera
         elif _same_file(target, source):
             raise UsageError(f"{option} {target} is {name} {source}, an input of this command: "
                              "refusing to write onto it")
+    for name, value in writes:
+        if value is None or not os.fspath(value) or looks_like_url(os.fspath(value)):
+            continue
+        folder = Path(os.fspath(value)).resolve()
+        if within(target, folder):
+            raise UsageError(f"{option} {target} lies inside {name} {folder}, the shard folder this command "
+                             "writes, which holds only what tpuprep writes (a log there would be a file "
+                             f"--resume and --overwrite refuse as not tpuprep's): write it beside, e.g. "
+                             f"{option} {folder.parent / (folder.name + '.log')}")
     kind = _data_kind(target) if append else None
     if kind is not None:
         raise UsageError(f"{option} {target} is {kind}, not a log: refusing to append to it")

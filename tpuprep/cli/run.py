@@ -34,16 +34,16 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
     from ..errors import UsageError
     from ..pipeline import load_pipeline, override, run_pipeline
 
-    check_output(log_file, "--log-file", [("the run file", pipeline), ("--src", src), ("--dst", dst),
-                                          ("--scheduler-file", scheduler_file)], append=True)
+    check_output(log_file, "--log-file", [("the run file", pipeline), ("--src", src),
+                                          ("--scheduler-file", scheduler_file)], append=True, writes=[("--dst", dst)])
     try:
         p = override(load_pipeline(pipeline), src=src, dst=dst, workers=workers, scheduler=scheduler,
                      scheduler_file=scheduler_file, resume=resume)
     except UsageError:
         _open_log(log_file, pipeline, resume)  # the run file's error goes to the log too
         raise
-    check_output(log_file, "--log-file", [("src", p.src), ("dst", p.dst),
-                                          ("the scheduler file", p.cluster.scheduler_file)], append=True)
+    check_output(log_file, "--log-file", [("src", p.src), ("the scheduler file", p.cluster.scheduler_file)],
+                 append=True, writes=[("dst", p.dst)])
     _open_log(log_file, pipeline, resume)
     if dry_run or not quiet:
         click.echo(p.describe())

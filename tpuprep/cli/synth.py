@@ -18,7 +18,8 @@ from .outputs import check_output
 @main.command()
 @click.option("--dst", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", default="tiny", show_default=True, type=click.Choice(["tiny", "small", "bench", "full"]))
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0),
+              help="An integer ≥ 0: the same profile and seed give byte-identical files.")
 @click.option("--collections", default=None,
               help="Comma-separated collection ids or prefixes to write (e.g. layout:xla, tile).")
 @click.option("--fraction", default=1.0, show_default=True, type=FiniteFloatRange(0, 1, min_open=True),

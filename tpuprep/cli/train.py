@@ -122,7 +122,7 @@ def _load_models(paths: tuple[str, ...]) -> list[Any]:
               help="Model path; writes OUT.npz (weights) and OUT.json (config).")
 @click.option("--epochs", default=None, type=click.IntRange(min=0),
               help="Passes over the training graphs  [default: 32 for layout, 20 for tile]")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0), help="An integer ≥ 0.")
 @click.option("--batch-configs", default=64, show_default=True, type=click.IntRange(min=2),
               help="Unique configs sampled per graph and step (TGraph: 64–128).")
 @click.option("--lr", default=4e-3, show_default=True, type=FiniteFloatRange(min=0, min_open=True))

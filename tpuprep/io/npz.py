@@ -4,7 +4,15 @@ An ``.npz`` is a zip of ``.npy`` members, DEFLATE-compressed by ``np.savez_compr
 ``np.savez``). ``NpzFile`` reads the zip directory and each member's ``.npy`` header, validates the
 header against the size the zip declares (so a header that claims a gigantic shape is rejected before
 any allocation), reads small members whole and streams large ones in row chunks, checking the CRC.
-Object arrays are never unpickled.
+Object arrays are never unpickled: a member whose header tpuprep cannot use (an object or structured
+dtype, a header that lies about the member's size) is set aside in ``NpzFile.unreadable`` with the
+reason, and only reading it is an error, so a file with an extra member nobody reads stays usable.
+
+A member in Fortran order (``np.save`` of a transposed or ``np.asfortranarray`` array) stores its first
+axis fastest: the bytes of one row of a (c, nc, 18) array are spread over the whole member, so no row is
+complete before the member's last column is inflated. ``iter_rows`` still streams it with bounded
+memory: each pass over the member keeps a window of rows (``FORTRAN_WINDOW_BYTES``), so a member of B
+bytes costs ⌈B / window⌉ passes of inflating it and holds one window.
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ _END_MAGIC = b"PK\x05\x06"
 _END_RECORD = 22  # bytes of the end of central directory record before its comment
 _END_SEARCH = _END_RECORD + 0xFFFF  # the record and the longest comment
 
+FORTRAN_WINDOW_BYTES = 256 << 20
+"""Bytes of rows a pass over a Fortran-ordered member keeps (``NpzFile.iter_rows``): the most its
+streaming holds besides one read block, and the divisor of its passes over the member."""
+
 
 @dataclass(frozen=True)
 class Member:
@@ -56,6 +68,28 @@ class Member:
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def by_columns(self) -> bool:
+        """Whether its rows (along the first axis) are spread over the whole member: Fortran order with
+        more than one axis and some data (``NpzFile.fortran_rows``)."""
+        return self.fortran_order and len(self.shape) > 1 and self.nbytes > 0
+
+    def window_rows(self, window_bytes: int | None = None) -> int:
+        """Rows one pass of ``NpzFile.fortran_rows`` keeps: as many as fit ``window_bytes`` (None:
+        ``FORTRAN_WINDOW_BYTES``), at least one."""
+        window_bytes = FORTRAN_WINDOW_BYTES if window_bytes is None else window_bytes
+        row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        return max(1, min(self.shape[0], window_bytes // max(row_bytes, 1)))
+
+    def passes(self, window_bytes: int | None = None) -> int:
+        """Passes over the member ``NpzFile.iter_rows`` makes: 1, or ⌈rows / window_rows⌉ by columns."""
+        return -(-self.shape[0] // self.window_rows(window_bytes)) if self.by_columns else 1
+
+
+class Unreadable(BadInput):
+    """A member whose ``.npy`` header cannot be used: its dtype is not numeric (objects are never
+    unpickled), or the header is unreadable or disagrees with the member's size."""
 
 
 class _MemberStream:
@@ -179,37 +213,39 @@ class _MemberStream:
 
 
 def _parse_npy_header(head: bytes, path: Path, key: str) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """(shape, dtype, Fortran order, data offset) of a ``.npy`` header; ``Unreadable`` when it is not a
+    header of a numeric array this reader can use."""
     if len(head) < 10 or not head.startswith(_NPY_MAGIC):
-        raise BadInput(path, key, "member is not a .npy array (bad magic)")
+        raise Unreadable(path, key, "member is not a .npy array (bad magic)")
     major = head[6]
     if major == 1:
         hlen = struct.unpack("<H", head[8:10])[0]
         start = 10
     elif major in (2, 3):
         if len(head) < 12:
-            raise BadInput(path, key, ".npy header is truncated")
+            raise Unreadable(path, key, ".npy header is truncated")
         hlen = struct.unpack("<I", head[8:12])[0]
         start = 12
     else:
-        raise BadInput(path, key, f"unsupported .npy format version {major}")
+        raise Unreadable(path, key, f"unsupported .npy format version {major}")
     if hlen > _MAX_HEADER or len(head) < start + hlen:
-        raise BadInput(path, key, ".npy header is truncated or too long")
+        raise Unreadable(path, key, ".npy header is truncated or too long")
     text = head[start : start + hlen].decode("latin1" if major < 3 else "utf8", errors="replace")
     try:
         meta = ast.literal_eval(text)
         descr, fortran, shape = meta["descr"], meta["fortran_order"], meta["shape"]
     except Exception:
-        raise BadInput(path, key, ".npy header is unreadable") from None
+        raise Unreadable(path, key, ".npy header is unreadable") from None
     if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 0 for s in shape):
-        raise BadInput(path, key, f".npy header has an invalid shape {shape!r}")
+        raise Unreadable(path, key, f".npy header has an invalid shape {shape!r}")
     if not isinstance(descr, str):
-        raise BadInput(path, key, f"structured dtype {descr!r} is not supported")
+        raise Unreadable(path, key, f"structured dtype {descr!r} is not supported")
     try:
         dtype = np.dtype(descr)
     except TypeError:
-        raise BadInput(path, key, f"unknown dtype {descr!r}") from None
+        raise Unreadable(path, key, f"unknown dtype {descr!r}") from None
     if dtype.hasobject or dtype.kind in "OVSUMm":
-        raise BadInput(path, key, f"dtype {dtype} is not a numeric array (objects are never unpickled)")
+        raise Unreadable(path, key, f"dtype {dtype} is not a numeric array (objects are never unpickled)")
     return shape, dtype, bool(fortran), start + hlen
 
 
@@ -228,8 +264,10 @@ def _file_size(fh: BinaryIO) -> int:
 class NpzFile:
     """A TpuGraphs ``.npz`` opened for streaming. Use as a context manager.
 
-    ``members`` maps key (member name without ``.npy``) to ``Member``. Raises BadInput when the file
-    is not a readable zip of ``.npy`` members.
+    ``members`` maps key (member name without ``.npy``) to ``Member``; ``unreadable`` maps the key of
+    each member whose header cannot be used to why (``Unreadable``; ``member`` and the reads raise it);
+    ``keys`` lists both in the zip directory's order. Raises BadInput when the file is not a readable
+    zip of ``.npy`` members.
     """
 
     def __init__(self, path: str | Path, fh: BinaryIO | None = None):
@@ -244,6 +282,8 @@ class NpzFile:
             except OSError as exc:
                 raise BadInput(self.path, None, f"cannot open: {exc.strerror}") from None
         self._fh = fh
+        self.unreadable: dict[str, str] = {}
+        self.keys: list[str] = []
         try:
             self._size = _file_size(fh)
             self.members = self._read_directory()
@@ -298,14 +338,25 @@ class NpzFile:
             if not name.endswith(".npy"):
                 raise BadInput(self.path, name, "member is not a .npy array")
             key = name[:-4]
-            if key in members:
+            if key in self.keys:
                 raise BadInput(self.path, key, "member appears twice in the archive")
             if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
                 raise BadInput(self.path, key, f"unsupported zip compression method {info.compress_type}")
             if info.flag_bits & 0x1:
                 raise BadInput(self.path, key, "member is encrypted")
-            members[key] = self._read_member(info, key)
+            self.keys.append(key)
+            try:
+                members[key] = self._read_member(info, key)
+            except Unreadable as exc:  # an error only for whoever reads it (a required key)
+                self.unreadable[key] = exc.problem
         return members
+
+    def member(self, key: str) -> Member:
+        """The ``Member`` of ``key``: ``Unreadable`` (naming the file and key) when its header cannot be
+        used, ``KeyError`` when the file has no such member."""
+        if key in self.unreadable:
+            raise Unreadable(self.path, key, self.unreadable[key])
+        return self.members[key]
 
     def _data_start(self, info: zipfile.ZipInfo, key: str) -> int:
         size = self._size
@@ -346,7 +397,7 @@ class NpzFile:
                 want = min(info.file_size, want * 4)
         nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
         if offset + nbytes != info.file_size:
-            raise BadInput(
+            raise Unreadable(
                 self.path, key,
                 f"header claims shape {shape} of {dtype} ({nbytes} bytes) but the member holds "
                 f"{info.file_size - offset} bytes of data",
@@ -361,7 +412,7 @@ class NpzFile:
 
     def read(self, key: str) -> np.ndarray:
         """Read a whole member into memory (for the small members), native byte order, C order."""
-        member = self.members[key]
+        member = self.member(key)
         stream = self._open_data(member)
         buf = np.empty(member.nbytes, np.uint8)
         stream.readinto(memoryview(buf))
@@ -372,17 +423,21 @@ class NpzFile:
             arr = arr.astype(member.dtype.newbyteorder("="))
         return np.ascontiguousarray(arr)
 
-    def iter_rows(self, key: str, rows_per_chunk: int) -> Iterator[tuple[int, np.ndarray]]:
-        """Stream a member along its first axis: yields (first row, (k, ...) chunk in native order).
+    def iter_rows(self, key: str, rows_per_chunk: int,
+                  window_bytes: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Stream a member along its first axis: yields (first row, (k, ...) chunk in native order, C
+        order), k ≤ ``rows_per_chunk``.
 
         Chunks are read-only and may share memory with the decompressor's output: use each before
-        asking for the next, or copy it. The CRC is checked after the last chunk.
+        asking for the next, or copy it. The CRC is checked after the last chunk (in C order; a
+        Fortran-ordered member, ``fortran_rows``, checks it at the end of each pass, before its rows).
         """
-        member = self.members[key]
-        if member.fortran_order and len(member.shape) > 1 and member.nbytes:
-            raise BadInput(self.path, key, "Fortran-ordered arrays cannot be streamed by rows")
+        member = self.member(key)
         if not member.shape:
             raise BadInput(self.path, key, "expected an array with at least one axis, got a scalar")
+        if member.by_columns:
+            yield from self.fortran_rows(member, rows_per_chunk, window_bytes)
+            return
         rows = member.shape[0]
         row_shape = member.shape[1:]
         row_bytes = int(np.prod(row_shape, dtype=np.int64)) * member.dtype.itemsize
@@ -401,3 +456,36 @@ class NpzFile:
             yield start, chunk
             checkpoint("inflate")
         stream.finish()
+
+    def fortran_rows(self, member: Member, rows_per_chunk: int,
+                     window_bytes: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """``iter_rows`` of a Fortran-ordered member of shape (r, d1, ..., dk): its data is d1·…·dk columns
+        of r values each (the first axis fastest, then d1, ...), so rows [a, b) are the values a..b−1 of
+        every column. Each pass inflates the whole member once and keeps of each column the values of a
+        window of w = ``window_bytes`` (None: ``FORTRAN_WINDOW_BYTES``) // (row bytes) rows (at least
+        one), reading ~1 MiB of whole columns
+        at a time; the pass's size and CRC are checked before its rows are yielded. ⌈r / w⌉ passes; held:
+        the window (≤ ``window_bytes``), one read block and one chunk."""
+        rows, row_shape, dtype = member.shape[0], member.shape[1:], member.dtype
+        columns = int(np.prod(row_shape, dtype=np.int64))
+        column_bytes = rows * dtype.itemsize
+        window = member.window_rows(window_bytes)
+        per_read = max(1, _READ_BLOCK // column_bytes)  # whole columns per read
+        scratch = np.empty(min(per_read, columns) * column_bytes, np.uint8)
+        axes = (len(row_shape), *range(len(row_shape) - 1, -1, -1))  # (dk, ..., d1, w) → (w, d1, ..., dk)
+        step = max(1, int(rows_per_chunk))
+        for first in range(0, rows, window):
+            last = min(rows, first + window)
+            held = np.empty((columns, last - first), dtype)  # column j's values of rows first..last-1
+            stream = self._open_data(member)
+            for col in range(0, columns, per_read):
+                n = min(per_read, columns - col)
+                data = np.frombuffer(stream.read_exact(n * column_bytes, scratch), dtype).reshape(n, rows)
+                held[col:col + n] = data[:, first:last]
+            stream.finish()
+            view = held.reshape(*row_shape[::-1], last - first).transpose(axes)
+            for start in range(0, last - first, step):
+                chunk = np.ascontiguousarray(view[start:start + step], dtype.newbyteorder("="))
+                yield first + start, chunk
+                checkpoint("inflate")
+            del held, view

@@ -23,7 +23,7 @@ import yaml
 from ..io.storage import resolve
 from ..io.store import Store
 from ..tpugraphs import SPLITS
-from .layout import CARD
+from .layout import CARD, CARD_HEADING
 from .schema import split_type, table_schema
 from .schema_doc import render_table
 
@@ -135,7 +135,7 @@ def render_card(manifest: dict, root: Store | str | os.PathLike | None = None) -
     }
     front_matter = yaml.safe_dump(front, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1000)
     lines = ["---", front_matter.rstrip("\n"), "---", "",
-             "# TpuGraphs, preprocessed by tpuprep", "",
+             CARD_HEADING, "",
              f"Schema version {manifest['schema_version']}, built by tpuprep {manifest['versions']['tpuprep']} "
              f"with options `{json.dumps(manifest['options'], sort_keys=True)}`. "
              "`manifest.json` beside this card lists every input and shard with its sha256.", "",

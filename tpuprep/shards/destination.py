@@ -8,7 +8,9 @@ tpuprep's own layout and names: ``manifest.json``, ``quarantine.jsonl``, ``READM
 ``layout/<xla|nlp>/<default|random>/`` and ``tile/xla/`` with
 ``{graphs,configs}/<split>-NNNNN-of-NNNNN.parquet``, the staging folder ``.tpuprep/parts/...``, the
 ``.<name>.tmp-<pid>`` temporaries of a store that writes by rename, and the lock) and everything else
-("foreign"). ``--overwrite`` and ``--resume`` delete only the former (``clear``) and refuse a
+("foreign"); a ``README.md`` is tpuprep's only when it is a dataset card tpuprep wrote
+(``is_tpuprep_card``: a user's own README is never replaced by the card nor deleted).
+``--overwrite`` and ``--resume`` delete only the former (``clear``) and refuse a
 ``--dst`` holding any of the latter; symbolic links, FIFOs, sockets and devices are always foreign
 and never followed or opened, and a folder tpuprep does not create is foreign without being entered.
 
@@ -33,7 +35,17 @@ from ..io.files import TEMPORARY
 from ..io.locks import LOCK_STALE_SECONDS, CannotLock, FileLock, LeaseLock, LockBusy
 from ..io.store import NotARegularFile, Store
 from ..tpugraphs import COLLECTIONS, SPLITS, collection_path
-from .layout import CARD, LOCK, MANIFEST, PART_NAME, QUARANTINE, SHARD_NAME, STAGING, TABLES
+from .layout import (
+    CARD,
+    CARD_HEADING,
+    LOCK,
+    MANIFEST,
+    PART_NAME,
+    QUARANTINE,
+    SHARD_NAME,
+    STAGING,
+    TABLES,
+)
 
 _TOP = re.compile("|".join(re.escape(n) for n in (MANIFEST, QUARANTINE, CARD)))
 
@@ -103,6 +115,25 @@ def _own_file(folder: _Folder, name: str, temporaries: bool) -> re.Match | None:
     return folder.names.fullmatch(temporary.group(1) if temporary else name)
 
 
+CARD_PROBE_BYTES = 1 << 20
+"""How much of a ``README.md`` is read to tell tpuprep's card (its front matter is ~15 KB)."""
+
+
+def is_tpuprep_card(head: bytes) -> bool:
+    """Whether ``head``, the first bytes of a ``README.md``, begins as every dataset card tpuprep writes:
+    YAML front matter (a ``---`` line, ..., a ``---`` line), then ``CARD_HEADING`` as the first line that
+    is not blank."""
+    text = head.decode("utf-8", "replace").replace("\r\n", "\n")
+    end = text.find("\n---\n", 3) if text.startswith("---\n") else -1
+    return end >= 0 and text[end + 5:].lstrip("\n").startswith(CARD_HEADING + "\n")
+
+
+def _own_card(dst: Store, rel: str) -> bool:
+    """Whether the regular file ``rel`` (``README.md``) is a card tpuprep wrote (``is_tpuprep_card``)."""
+    with dst.open(rel, "rb") as fh:
+        return is_tpuprep_card(fh.read(CARD_PROBE_BYTES))
+
+
 def contents(dst: Store) -> Contents:
     """Sort every entry under ``dst`` into tpuprep's own and foreign ones (an absent folder holds
     nothing). Never follows a link, never enters a folder tpuprep does not create."""
@@ -124,7 +155,7 @@ def contents(dst: Store) -> Contents:
             out.foreign.append(rel)
         elif not folder_rel and name == LOCK:
             out.lock = True
-        elif m := _own_file(folder, name, dst.writes_temporaries):
+        elif (m := _own_file(folder, name, dst.writes_temporaries)) and (rel != CARD or _own_card(dst, rel)):
             out.files.append(rel)
             if folder.collection:
                 out.held.add((folder.collection, folder.split or m.group(1)))

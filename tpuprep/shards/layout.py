@@ -18,6 +18,10 @@ from ..tpugraphs import SAFE_STEM, collection_path
 
 MANIFEST = "manifest.json"
 CARD = "README.md"
+CARD_HEADING = "# TpuGraphs, preprocessed by tpuprep"
+"""The first line after the card's YAML front matter, in every card tpuprep has written: how a
+``README.md`` in ``<dst>`` is told to be tpuprep's (``destination.is_tpuprep_card``), never replaced
+or deleted otherwise."""
 QUARANTINE = "quarantine.jsonl"
 STAGING = ".tpuprep"
 LOCK = ".tpuprep.lock"

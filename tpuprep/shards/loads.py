@@ -22,7 +22,7 @@ from . import arguments, pages
 from .parquet import check_graph_groups, codes_rows, flat, merge_ranges, rows_of
 from .records import GraphRecord, flat_or_none, list_cell, read_only
 from .shard_index import ShardIndex
-from .stored_codes import StoredCodes
+from .stored_codes import CODE_LIMIT, StoredCodes
 
 _SMALL_COLUMNS = ["config_id", "runtime", "runtime_spread", "group_size", "first_index"]
 """The layout configs columns read with pyarrow when the codes are kept as stored (28 bytes a config)."""
@@ -117,7 +117,7 @@ class GraphLoads:
             chunks.extend(mine)
             del fetched
         stored = StoredCodes(", ".join(str(p) for p in dict.fromkeys(p for p, _ in groups)), chunks, blocks,
-                             starts, tie)
+                             starts, tie, graph_id)
         try:
             stored.check()
         except (pages.Unhandled, ValueError, IndexError):
@@ -150,8 +150,14 @@ class GraphLoads:
                 raise ValueError(f"{stored.num_rows} codes rows, {rows} configs rows")
             record.stored_codes = stored
         elif record.kind == "layout":
-            record.config_codes = codes_rows(configs.column("codes"), rows, record.config_node_tie,
-                                             scalar["num_config_columns"])  # expanded while joined
+            codes = codes_rows(configs.column("codes"), rows, record.config_node_tie,
+                               scalar["num_config_columns"])  # expanded while joined
+            outside = (codes < 0) | (codes >= CODE_LIMIT)
+            if outside.any():  # what node_config_feat would meet later, named now with its config
+                row, node, block = (int(i) for i in np.argwhere(outside)[0])
+                raise ValueError(f"config {row} holds the code {int(codes[row, node, block])} (node {node}, "
+                                 f"block {block}); base-7 codes lie in 0..{CODE_LIMIT - 1}")
+            record.config_codes = codes
         else:
             record.config_feat = flat(configs.column("config_feat")).reshape(-1, 24)
             record.config_runtime_normalizers = (None if configs.column("normalizer").null_count

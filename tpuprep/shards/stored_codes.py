@@ -15,11 +15,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ..errors import BadShards
-from ..kernels.base7 import decode_base7
+from ..kernels.base7 import BLOCK, decode_base7
 from ..kernels.planes import join_columns, join_planes
 from . import pages
 from .derived import expand_tied
 
+CODE_LIMIT = 7**BLOCK
+"""Stored codes lie in 0..CODE_LIMIT−1 (six base-7 digits)."""
 BLOCK_ROWS = 1024
 """Configs decoded at once when every row is asked for (``codes()``, ``feat()``): 1,024 × nc × 18 bytes of
 int8 layouts at most in flight beyond the output."""
@@ -32,14 +34,14 @@ class StoredCodes:
     that chunk's bytes (pages with headers, compressed; views of the ranges read, which also hold the
     few hundred bytes of small columns between two row groups' codes); ``starts`` (g + 1,) int64 the first config_id of
     each row group, then c_u; ``tie`` (nc,) int32 the stored column of each configurable node
-    (``config_node_tie``, nt = tie.max() + 1 columns); ``where`` names the shard in errors.
+    (``config_node_tie``, nt = tie.max() + 1 columns); ``where`` names the shard and ``graph_id`` the
+    graph in errors.
     """
 
     def __init__(self, where: str, chunks: Sequence[pages.Chunk], blocks: Sequence[bytes | memoryview],
-                 starts: np.ndarray,
-                 tie: np.ndarray):
+                 starts: np.ndarray, tie: np.ndarray, graph_id: str = ""):
         self.where, self.chunks, self.blocks = where, list(chunks), list(blocks)
-        self.starts, self.tie = starts, tie
+        self.starts, self.tie, self.graph_id = starts, tie, graph_id
         self.nt = int(tie.max()) + 1 if len(tie) else 0
 
     def __eq__(self, other: object) -> bool:
@@ -101,22 +103,38 @@ class StoredCodes:
             out[piece] = self.group(g)[rows[piece] - self.starts[g]]
         return out
 
-    def _pieces(self, rows: np.ndarray | None) -> Iterator[tuple[slice, np.ndarray]]:
-        """(output slice, stored bytes (b, 12·nt) uint8) of consecutive blocks of ``rows`` (all: by row
-        group, at most ``BLOCK_ROWS`` configs each)."""
+    def _pieces(self, rows: np.ndarray | None) -> Iterator[tuple[np.ndarray | range, np.ndarray]]:
+        """(the unique configs of the piece, their stored bytes (b, 12·nt) uint8) of consecutive blocks
+        of ``rows`` (all: by row group, at most ``BLOCK_ROWS`` configs each), in order."""
         if rows is not None:
             for at in range(0, len(rows), BLOCK_ROWS):
-                yield slice(at, at + BLOCK_ROWS), self.raw(rows[at:at + BLOCK_ROWS])
+                yield rows[at:at + BLOCK_ROWS], self.raw(rows[at:at + BLOCK_ROWS])
             return
         for g in range(len(self.blocks)):
-            yield slice(int(self.starts[g]), int(self.starts[g + 1])), self.group(g)
+            yield range(int(self.starts[g]), int(self.starts[g + 1])), self.group(g)
+
+    def _decoded(self, which: np.ndarray | range, data: np.ndarray) -> np.ndarray:
+        """The stored bytes ``data`` of the unique configs ``which``, decoded: (b, nt, 18) int8.
+        ``BadShards`` naming the shard, the graph, the config and its stored column when a code lies
+        outside 0..7^6−1 (no layout encodes to one; the page CRC-32s cannot tell: it was written so)."""
+        codes = join_planes(data).reshape(len(data), self.nt, 3)
+        try:
+            return decode_base7(codes)
+        except ValueError:
+            bad = np.argwhere((codes < 0) | (codes >= CODE_LIMIT))[0]
+            row = int(which[int(bad[0])]) % self.num_rows
+            raise BadShards(f"{self.where}: configs of {self.graph_id!r} cannot be decoded: config {row} "
+                            f"holds the code {int(codes[tuple(bad)])} (stored column {int(bad[1])}, block "
+                            f"{int(bad[2])}); base-7 codes lie in 0..{CODE_LIMIT - 1}") from None
 
     def codes(self, rows: np.ndarray | None = None) -> np.ndarray:
         """Per-node codes of ``rows`` (all if None): (k, nc, 3) int32 (12 bytes per config per node)."""
         k = self.num_rows if rows is None else len(rows)
         out = np.empty((k, len(self.tie), 3), np.int32)
-        for where, data in self._pieces(rows):
-            out[where] = join_columns(data, self.tie)
+        at = 0
+        for _, data in self._pieces(rows):
+            out[at:at + len(data)] = join_columns(data, self.tie)
+            at += len(data)
         return out
 
     def feat(self, rows: np.ndarray | None = None) -> np.ndarray:
@@ -124,7 +142,9 @@ class StoredCodes:
         spread over the tied nodes (nt ≤ nc: less to decode)."""
         k = self.num_rows if rows is None else len(rows)
         out = np.empty((k, len(self.tie), 18), np.int8)
-        for where, data in self._pieces(rows):
+        at = 0
+        for which, data in self._pieces(rows):
             if len(data):
-                out[where] = expand_tied(decode_base7(join_planes(data).reshape(len(data), self.nt, 3)), self.tie)
+                out[at:at + len(data)] = expand_tied(self._decoded(which, data), self.tie)
+            at += len(data)
         return out

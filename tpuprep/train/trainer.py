@@ -103,6 +103,8 @@ class TrainConfig:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.pair_weight not in PAIR_WEIGHTS:
             raise ValueError(f"pair_weight must be one of {PAIR_WEIGHTS}, got {self.pair_weight!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed must be an integer ≥ 0, got {self.seed!r}")
         if self.batch_configs < 2:
             raise ValueError("batch_configs must be ≥ 2 (the loss compares pairs)")
         if (self.epochs is not None and self.epochs < 0) or self.batches_per_graph < 1 or self.valid_every < 1:

@@ -70,9 +70,9 @@ from .reference import (
            repad_reference,
 )
 from .report import VerifyReport
-from .run import Progress, sample_inputs, verify, verify_input
+from .run import Progress, sample_inputs, sample_size, verify, verify_input
 from .shards import RUNTIME_COLUMNS
 
 __all__ = ["RUNTIME_COLUMNS", "VERIFY_BLOCK_BYTES", "InputFacts", "Progress", "VerifyReport", "expected_structure",
-           "feature_moments", "hop_distances", "repad_reference", "sample_inputs", "verify", "verify_graph",
+           "feature_moments", "hop_distances", "repad_reference", "sample_inputs", "sample_size", "verify", "verify_graph",
            "verify_input"]

@@ -104,7 +104,7 @@ def first_occurrences(inv: np.ndarray, u: int) -> np.ndarray | None:
 
 
 def _chunks(r: InputReader) -> Iterator[tuple[int, np.ndarray]]:
-    m = r.f.members["node_config_feat"]
+    m = r.f.member("node_config_feat")
     row_bytes = int(np.prod(m.shape[1:], dtype=np.int64)) * m.dtype.itemsize
     return r.iter_rows("node_config_feat", max(1, VERIFY_BLOCK_BYTES // max(row_bytes, 1)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -153,10 +154,20 @@ def _collect(ds: Dataset, todo: list[tuple[InputFile, dict]], pending: _Pending 
         yield inp, results[k]
 
 
+def sample_size(fraction: float, n: int) -> int:
+    """⌈fraction × n⌉ for 0 < fraction ≤ 1, computed exactly on the decimal the fraction prints as
+    (``0.05 × 540`` is 27, not the 28 the binary float's excess would give), so at least one of
+    ``n ≥ 1`` items however small the fraction (``1e-300``)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"sample must be a fraction in (0, 1], got {fraction!r}")
+    return min(n, math.ceil(Fraction(repr(float(fraction))) * n))
+
+
 def sample_inputs(todo: list, fraction: float, seed: int) -> list:
-    """``ceil(fraction × len(todo))`` items of ``todo`` drawn without replacement by NumPy's PCG64 from
-    ``seed`` (the same list and seed give the same subset), in their order in ``todo``."""
-    k = min(len(todo), math.ceil(fraction * len(todo) - 1e-9))
+    """``sample_size(fraction, len(todo))`` items of ``todo`` (at least one when it has any) drawn
+    without replacement by NumPy's PCG64 from ``seed`` (an integer ≥ 0; the same list and seed give the
+    same subset), in their order in ``todo``."""
+    k = sample_size(fraction, len(todo))
     keep = np.random.default_rng(seed).choice(len(todo), size=k, replace=False) if k < len(todo) else range(k)
     return [todo[i] for i in sorted(keep)]
 
@@ -182,6 +193,8 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     """
     if sample is not None and not 0 < sample <= 1:
         raise ValueError(f"sample must be a fraction in (0, 1], got {sample!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer ≥ 0, got {seed!r}")
     report = VerifyReport(sample=sample, seed=seed)
     ds = open_dataset(dst, storage_options)
     problem = validate_schema(ds.manifest, ds.manifest_path)
