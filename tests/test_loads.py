@@ -121,7 +121,7 @@ def test_an_intact_graph_reads_the_same_on_both_paths(shards, monkeypatch):
 def test_a_bad_shards_line_from_inside_passes_through_unwrapped(shards, monkeypatch):
     """What a deeper check already said in one line (a row group of another graph, a changed shard) is
     the error, not wrapped into "cannot be read back: <that line>"."""
-    from tpuprep.shards import loads
+    from tpuprep.shards import parquet
 
     gid = first_graph(shards, GRAPH, "train")
     ds = tpuprep.open_dataset(shards)
@@ -129,7 +129,7 @@ def test_a_bad_shards_line_from_inside_passes_through_unwrapped(shards, monkeypa
     def refuse(*_a, **_k):
         raise BadShards("x.parquet: row group 0 holds graph_id 'other', where the configs were expected")
 
-    monkeypatch.setattr(loads.parquet, "read_row_groups", refuse)
+    monkeypatch.setattr(parquet, "read_row_groups", refuse)
     with pytest.raises(BadShards) as info:
         ds.load_graph(gid)
     assert str(info.value) == "x.parquet: row group 0 holds graph_id 'other', where the configs were expected"

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import limits
 from .convert import ConvertedGraph, convert_file
-from .errors import BadInput, UsageError
+from .errors import BadInput, FatalError, UsageError, one_line
 from .faults import checkpoint
 from .inputs import (
     InputFile,

@@ -138,9 +138,10 @@ def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Itera
         raise UsageError(f"{option} {target} {where} the shard folder {shard}; a command never writes into "
                          "a shard folder: choose a path outside it")
     for name, value in inputs:
-        if value is None or not os.fspath(value) or local_path(value, name) is None:
+        where = local_path(value, name) if value is not None and os.fspath(value) else None
+        if where is None:  # absent, or an object-store URL
             continue
-        source = Path(os.fspath(value)).resolve()
+        source = where.resolve()
         if source.is_dir() or not source.exists():  # a folder (or one a build is about to create)
             if within(target, source):
                 raise UsageError(f"{option} {target} lies inside {name} {source}, an input of this command: "
@@ -149,9 +150,10 @@ def check_output(path: str | os.PathLike[str] | None, option: str, inputs: Itera
             raise UsageError(f"{option} {target} is {name} {source}, an input of this command: "
                              "refusing to write onto it")
     for name, value in writes:
-        if value is None or not os.fspath(value) or looks_like_url(os.fspath(value)):
+        where = local_path(value, name) if value is not None and os.fspath(value) else None
+        if where is None:
             continue
-        folder = Path(os.fspath(value)).resolve()
+        folder = where.resolve()
         if within(target, folder):
             raise UsageError(f"{option} {target} lies inside {name} {folder}, the shard folder this command "
                              "writes, which holds only what tpuprep writes (a log there would be a file "
