@@ -10,8 +10,10 @@ collection has at most ``len(ladder)`` shape signatures. Masks mark the real ent
 (N,), ``edge_mask`` (M,), ``config_mask`` (k,) (False on the padding rows of a graph with fewer than k
 unique configs), and for layout ``config_node_mask`` (NC,), all bool; ``rung`` (int) says which rung.
 Padded edges and padded ``node_config_ids`` point at node N−1, always a padding node, so message
-passing that ignores ``edge_mask`` still never mixes padding into a real node. ``pad=False`` yields the
-unpadded arrays (no masks); ``ladder=`` gives your own (e.g. one shared by several collections).
+passing that ignores ``edge_mask`` still never mixes padding into a real node; padded ``config_runtime``
+is 2**63 − 1 ns (``PAD_RUNTIME``, slower than any real runtime: a ranking loss that ignores
+``config_mask`` ranks padding last, never first). ``pad=False`` yields the unpadded arrays (no masks);
+``ladder=`` gives your own (e.g. one shared by several collections).
 
 No global JAX flag is touched (``jax_enable_x64`` stays as the caller set it). Without x64 JAX would
 turn int64 into int32 and runtimes in ns overflow int32, so every int64 array — ``config_runtime``
@@ -32,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .sampling.batches import BatchesAdapter, ConfigBatches, batch_arrays
-from .sampling.padding import DEFAULT_RUNGS, ShapeLadder, collection_sizes, pad_batch
+from .sampling.padding import DEFAULT_RUNGS, PAD_RUNTIME, ShapeLadder, collection_sizes, pad_batch
 
-__all__ = ["JaxBatches", "ShapeLadder", "collection_ladder", "to_jax"]
+__all__ = ["PAD_RUNTIME", "JaxBatches", "ShapeLadder", "collection_ladder", "to_jax"]
 
 
 def collection_ladder(ds: Any, collection: str, rungs: int = DEFAULT_RUNGS) -> ShapeLadder:
