@@ -16,10 +16,17 @@ structures cache across epochs (non-persistent workers start each epoch with an 
 every rank yields ``len(ds)`` batches (``ConfigBatches``: padded or ``drop_last``), so no rank waits
 for another in a collective.
 
-Resume: ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed
-(without workers ``ds.state_dict()`` knows it; with workers it refuses to guess), then
-``ds.load_state_dict(state)`` (the same loader, even with persistent workers) or on a new
-``ConfigBatchDataset`` of the same settings, of any rank and world size (``ConfigBatches.load_state_dict``).
+Resume, two ways:
+
+- torchdata's ``StatefulDataLoader`` (``pip install tpuprep[torch]`` brings torchdata): ``loader.state_dict()``
+  after any batch, then a new loader of the same settings and number of workers, ``load_state_dict``,
+  ``set_epoch`` of the saved epoch, iterate: exactly the batches the uninterrupted run had left, in order.
+  The loader calls this dataset's ``state_dict`` / ``load_state_dict`` in each worker, which save and
+  resume that worker's own progress (``ConfigBatches.worker_state``).
+- ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed (without
+  workers ``ds.state_dict()`` knows it; with workers it refuses to guess), then ``ds.load_state_dict(state)``
+  (the same loader, even with persistent workers) or on a new ``ConfigBatchDataset`` of the same settings,
+  of any rank, world size and number of workers (``ConfigBatches.load_state_dict``).
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ __all__ = ["ConfigBatchDataset"]
 
 
 class ConfigBatchDataset(BatchesAdapter, IterableDataset):
-    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers
-    (``len``, ``set_epoch``, ``state_dict(position)``, ``load_state_dict``: ``BatchesAdapter``)."""
+    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers (``len``,
+    ``set_epoch``: ``BatchesAdapter``; ``state_dict`` / ``load_state_dict``: in the main process a rank
+    state, in a DataLoader worker that worker's own state — the ``StatefulDataLoader`` protocol)."""
 
     def __init__(self, batches: ConfigBatches, warm_up: bool = True):
         """``warm_up``: read the first batch of the rank's share here, once (``ConfigBatches.warm_up``),
@@ -52,8 +60,26 @@ class ConfigBatchDataset(BatchesAdapter, IterableDataset):
         info = get_worker_info()
         if info is not None:  # this process is a worker holding its own copy of the batches
             self.batches.set_worker(info.id, info.num_workers)
-        for batch in self.batches:
-            yield to_tensors(batch_arrays(batch))
+        return (to_tensors(batch_arrays(batch)) for batch in iter(self.batches))  # iter() begins the pass now
+
+    def state_dict(self, position: int | None = None) -> dict[str, Any]:
+        """In the main process: ``ConfigBatches.state_dict(position)`` (a rank state; ``position`` =
+        the last consumed batch's ``batch["position"]``, needed with DataLoader workers, whose progress
+        this process cannot see). In a DataLoader worker (``StatefulDataLoader`` asks each worker after
+        each batch): ``ConfigBatches.worker_state()``, that worker's own progress."""
+        if get_worker_info() is not None:
+            return self.batches.worker_state()
+        return self.batches.state_dict(position)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """In the main process: ``ConfigBatches.load_state_dict``. In a DataLoader worker (where
+        ``StatefulDataLoader`` hands each worker its saved state): ``ConfigBatches.load_worker_state``."""
+        info = get_worker_info()
+        if info is None:
+            self.batches.load_state_dict(state)
+            return
+        self.batches.set_worker(info.id, info.num_workers)
+        self.batches.load_worker_state(state)
 
 
 def to_tensors(arrays: dict[str, Any]) -> dict[str, Any]:
