@@ -161,3 +161,18 @@ def test_a_plain_loaders_dataset_state_resumes_in_a_stateful_loader(ds):
     resumed.load_state_dict(state)
     assert [_key(x) for x in _loader(resumed, 2)] == _epoch(ds, 0)[7:]
 
+
+def test_the_stateful_example_of_readers_md_runs(synth_shards):
+    """docs/examples/batches_stateful.py: a loop interrupted in epoch 1 and resumed by a new loader
+    takes the uninterrupted run's steps."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(root / "docs" / "examples" / "batches_stateful.py"), str(synth_shards),
+                          LAYOUT, "3"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["uninterrupted 18 steps", "interrupted after 9 steps, resumed for 9 more",
+                                       "same steps: True"]

@@ -265,3 +265,18 @@ def test_the_adapters_take_a_mix_unchanged(ds, synth_shards):
     assert [(i["graph_id"], i["collection"], tuple(i["rows"].tolist())) for i in jax_items] == want
     assert len({i["rung"] for i in jax_items}) <= 8
 
+
+def test_the_mix_example_of_readers_md_runs(synth_shards):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(root / "docs" / "examples" / "batches_mix.py"), str(synth_shards),
+                          f"{XLA}=3", f"{NLP}=1"], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == [f"epoch 0: 8 batches, {NLP} 2, {XLA} 6", f"epoch 1: 8 batches, {NLP} 2, {XLA} 6",
+                                       "DataLoader with 2 workers gives the same stream: True",
+                                       "resumed after 5 batches: True"]
