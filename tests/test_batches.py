@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from itertools import zip_longest
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -591,3 +592,172 @@ def test_the_default_cache_is_sized_in_bytes_and_keeps_many_small_graphs(many_ti
     assert len(list(b)) == 120 and reads == []
     with pytest.raises(ValueError, match="structures must be"):
         ConfigBatches(ds, "tile:xla", structures=0)
+
+
+# -- resume edges a planted bug would slip through (issue #36) -------------------------------------
+
+def _make(ds, rank=0, world=1, **kwargs):
+    return ConfigBatches(ds, LAYOUT, **{"k": 4, "seed": 8, "batches_per_graph": 11, "rank": rank,
+                                        "world_size": world, **kwargs})
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_two_world_size_changes_in_one_epoch_deal_every_item_once(ds, drop_last):
+    """2 ranks consume 2 batches each, resume in 3 ranks that consume 2 each, save, resume in 4: what
+    the three worlds yield together is the epoch, nothing twice (a second resume must count from the
+    first one's base, not from the start of the plan), up to the last world's padding or the drops."""
+    single = Counter(_key(b) for b in _make(ds, drop_last=drop_last))
+    assert len(single) == 22
+    yielded: Counter = Counter()
+    state = None
+    for world, steps in ((2, 2), (3, 2), (4, None)):
+        ranks = [_make(ds, r, world, drop_last=drop_last) for r in range(world)]
+        for r in ranks:
+            if state is not None:
+                r.load_state_dict(state)
+        its = [iter(r) for r in ranks]
+        if steps is None:
+            got = [[_key(x) for x in it] for it in its]
+            assert len({len(g) for g in got}) == 1
+            last = Counter(k for g in got for k in g)
+        else:
+            got = [[_key(next(it)) for _ in range(steps)] for it in its]
+            yielded.update(k for g in got for k in g)
+            state = json.loads(json.dumps(ranks[0].state_dict()))
+    assert not set(yielded) & set(last)
+    everything = yielded + last
+    if drop_last:
+        assert all(c == 1 for c in everything.values()) and len(single) - len(everything) < 2 + 3 + 4
+    else:
+        assert set(everything) == set(single) and sum(last.values()) - len(last) < 4
+        assert all(c == 1 for c in yielded.values())
+
+
+def test_drop_last_is_part_of_the_fingerprint(ds):
+    """A state of a padded epoch resumed by a drop_last sampler (or back) would deal other items."""
+    padded, dropped = _make(ds, 0, 3), _make(ds, 0, 3, drop_last=True)
+    assert padded.fingerprint() != dropped.fingerprint()
+    with pytest.raises(ValueError, match="other settings or seed"):
+        dropped.load_state_dict(padded.state_dict())
+    with pytest.raises(ValueError, match="other settings or seed"):
+        padded.load_state_dict(dropped.state_dict())
+
+
+def test_state_dict_after_set_epoch_and_before_any_batch_is_the_new_epochs_start(ds):
+    b = _make(ds)
+    it = iter(b)
+    for _ in range(5):
+        next(it)
+    assert (b.state_dict()["epoch"], b.state_dict()["position"]) == (0, 5)
+    b.set_epoch(1)
+    assert (b.state_dict()["epoch"], b.state_dict()["position"]) == (1, 0)
+    list(b)
+    b.set_epoch(2)
+    assert (b.state_dict()["epoch"], b.state_dict()["position"]) == (2, 0)
+
+
+def test_state_dict_after_a_complete_epoch_resumes_with_nothing_then_the_next_pass_is_whole(ds):
+    b = _make(ds)
+    whole = [_key(x) for x in b]
+    state = json.loads(json.dumps(b.state_dict()))
+    assert (state["epoch"], state["position"]) == (0, len(b)) == (0, 22)
+    again = _make(ds)
+    again.load_state_dict(state)
+    assert list(again) == []  # the epoch is done
+    assert [_key(x) for x in again] == whole  # the point is spent: a whole pass
+
+
+def test_a_pass_begins_when_iter_is_called(ds):
+    """iter() takes the epoch and the resume point at once: a later set_epoch or load_state_dict
+    concerns the next pass, and state_dict() right after iter() is where the pass starts."""
+    b = _make(ds)
+    state = b.state_dict(3)
+    b.load_state_dict(state)
+    it = iter(b)
+    b.set_epoch(1)
+    assert [_key(x) for x in it] == [_key(x) for x in _make(ds)][3:]
+
+
+def test_the_cache_evicts_the_least_recently_used_entry(ds, monkeypatch):
+    """Two entries fit: reading a, b, a, c keeps a and c (b is the oldest use), never the newest."""
+    from tpuprep.sampling.cache import StructureCache
+
+    ids = ds.graph_ids(LAYOUT) + ds.graph_ids("layout:nlp:random")
+    a, b, c = ids[:3]
+    cache = StructureCache(1 << 30, max_entries=2)
+    for gid in (a, b, a, c):
+        cache.get(ds, gid, needs_runtimes=False)
+    assert list(cache.entries) == [a, c]
+    by_bytes = StructureCache(250)  # entries of 100 bytes: two fit
+    monkeypatch.setattr(by_bytes, "read", lambda ds, gid, needs_runtimes: SimpleNamespace(nbytes=100))
+    for gid in (a, b, a, c):
+        by_bytes.get(ds, gid, needs_runtimes=False)
+    assert list(by_bytes.entries) == [a, c] and by_bytes.nbytes == 200
+
+
+# -- a DataLoader worker's own state (StatefulDataLoader's protocol), without torch -----------------
+
+def _workers(ds, n, **kwargs):
+    out = []
+    for i in range(n):
+        b = _make(ds, **kwargs)
+        b.set_worker(i, n)
+        out.append(b)
+    return out
+
+
+@pytest.mark.parametrize("n, stop", [(2, 7), (3, 5), (3, 0), (2, 22), (1, 9)])
+def test_worker_states_resume_each_workers_own_batches(ds, n, stop):
+    """n readers as a DataLoader's workers, the round-robin stopped after ``stop`` batches; each
+    worker's state resumes that worker: the round-robin of the new readers is the rest, in order."""
+    whole = [_key(x) for x in _make(ds)]
+    readers = _workers(ds, n)
+    its = [iter(r) for r in readers]
+    states = [json.loads(json.dumps(r.worker_state())) for r in readers]  # before any batch: the start
+    assert [s["next"] for s in states] == list(range(n))
+    seen = []
+    for j in range(stop):
+        seen.append(_key(next(its[j % n])))
+    states = [json.loads(json.dumps(r.worker_state())) for r in readers]
+    assert seen == whole[:stop]
+    resumed = _workers(ds, n)
+    for r, s in zip(resumed, states, strict=True):
+        r.load_worker_state(s)
+        assert r.worker_state() == s  # loaded, not begun: the same point
+    rest = [[_key(x) for x in r] for r in resumed]
+    first = stop % n  # the round-robin goes on with the worker after the last one that yielded
+    order = [x for t in zip_longest(*(rest[first:] + rest[:first])) for x in t if x is not None]
+    assert seen + order == whole
+
+
+def test_a_rank_state_resumes_every_worker(ds):
+    whole = [_key(x) for x in _make(ds)]
+    state = _make(ds).state_dict(6)
+    readers = _workers(ds, 3)
+    for r in readers:
+        r.load_worker_state(state)
+    rest = [[_key(x) for x in r] for r in readers]
+    assert [x for t in zip_longest(*rest) for x in t if x is not None] == whole[6:]
+
+
+def test_worker_states_refused_in_one_line(ds):
+    readers = _workers(ds, 2)
+    it = iter(readers[1])
+    next(it)
+    state = readers[1].worker_state()
+    assert state["worker"] == 1 and state["num_workers"] == 2 and state["next"] == 3
+    fresh = _workers(ds, 3)[1]
+    with pytest.raises(ValueError, match="saved by DataLoader worker 1 of 2: resume it with num_workers=2"):
+        fresh.load_worker_state(state)
+    other_world = _make(ds, 0, 2)
+    other_world.set_worker(1, 2)
+    with pytest.raises(ValueError, match="saved in a world of 1 ranks, not 2"):
+        other_world.load_worker_state(state)
+    same = _workers(ds, 2)[1]
+    for bad in ({"next": 2}, {"next": 0}, {"next": 25}, {"next": "3"}, {"worker": 2}, {"num_workers": True}):
+        with pytest.raises(ValueError, match=r"bad (next|worker)"):
+            same.load_worker_state({**state, **bad})
+    with pytest.raises(ValueError, match="the state of DataLoader worker 1 of 2"):
+        _make(ds).load_state_dict(state)
+    same.load_worker_state({**state, "next": 23})  # the worker's share is done: a valid point
+    assert list(same) == []

@@ -189,3 +189,35 @@ def test_the_jax_example_compiles_its_step_at_most_8_times_per_epoch(varied_tile
     one = _run_jax_example(synth_shards, "layout:xla:random", "1")
     two = _run_jax_example(synth_shards, "layout:xla:random", "2")
     assert two[0] == one[0] <= 8 and two[1] == 2 * one[1]
+
+
+@pytest.mark.parametrize("layout", [True, False])
+def test_a_graph_as_large_as_a_rung_goes_to_the_next_one(layout):
+    """A rung of N nodes holds graphs of n < N nodes: node N−1 must stay a padding node, the one every
+    padded edge and padded config id points at. n = N goes one rung up, and n = the top N nowhere."""
+    ladder = ShapeLadder((8, 16), (32, 32), (8, 8) if layout else None)
+    assert ladder.rung(7, 5, 3) == 0 and ladder.rung(8, 5, 3) == 1
+    batch = _batch(np.random.default_rng(0), layout, 8, 5, 3, 4)
+    padded = pad_batch(batch, ladder, 4)
+    assert padded["rung"] == 1 and padded["node_feat"].shape == (16, 140)
+    assert padded["node_mask"].sum() == 8 and not padded["node_mask"][-1]
+    assert (padded["edge_index"][5:] == 15).all()
+    with pytest.raises(ValueError, match="larger than the ladder's top rung"):
+        ladder.rung(16, 5, 3)
+
+
+def test_padded_runtimes_rank_after_every_real_config():
+    """Padding configs carry the int64 maximum (real runtimes of 0 are valid input): sorting by runtime,
+    as an unmasked ranking loss would, puts every padding config last."""
+    from tpuprep.sampling.padding import PAD_RUNTIME
+
+    batch = _batch(np.random.default_rng(1), True, 20, 30, 4, 5)
+    batch["config_runtime"][:2] = 0
+    ladder = ShapeLadder.from_sizes([20], [30], [4])
+    padded = pad_batch(batch, ladder, 8)
+    runtime, mask = padded["config_runtime"], padded["config_mask"]
+    assert runtime.dtype == np.int64 and np.iinfo(np.int64).max == PAD_RUNTIME
+    assert (runtime[~mask] == PAD_RUNTIME).all() and (runtime[mask] < PAD_RUNTIME).all()
+    order = np.argsort(runtime, kind="stable")
+    assert not mask[order[-3:]].any() and mask[order[:5]].all()
+    assert np.array_equal(unpad_batch(padded)["config_runtime"], batch["config_runtime"])

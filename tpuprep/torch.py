@@ -1,13 +1,16 @@
 """PyTorch adapter (``pip install tpuprep[torch]``): ``ConfigBatchDataset``, an ``IterableDataset`` over
 ``ConfigBatches``.
 
-Each item is one batch as a dict (``sampling.batches.batch_arrays``): tensors of the NumPy dtypes
-(node_feat (n, 140) float32, node_opcode (n,) uint8, edge_index (m, 2) int32, rows (k,) int64,
-node_config_feat (k, nc, 18) int8 or config_feat (k, 24) float32, config_runtime (k,) int64 ns when the
-split has runtimes, ...) plus ``graph_id`` (str), ``epoch`` and ``position`` (int). Tensors are copies
-(the structures are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, num_workers=n)``:
-each worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back
-in the single-process order, with any start method (fork, spawn, forkserver).
+Each item is one batch as a ``BatchTensors`` (a ``dict``; ``sampling.batches.batch_arrays``): tensors of
+the NumPy dtypes (node_feat (n, 140) float32, node_opcode (n,) uint8, edge_index (m, 2) int32, rows (k,)
+int64, node_config_feat (k, nc, 18) int8 or config_feat (k, 24) float32, config_runtime (k,) int64 ns when
+the split has runtimes, ...) plus ``graph_id`` and ``collection`` (str), ``epoch`` and ``position``
+(int). An item's tensors are views of one fresh buffer of its own (writable; the structures they were
+copied from are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, num_workers=n)``: each
+worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back in the
+single-process order, with any start method (fork, spawn, forkserver). A worker hands its batches to the
+main process through a ring of shared memory (``sampling.transfer``; ``transfer_bytes``, 16 MiB per
+worker): the main process only copies each batch out into its own buffer.
 
 Epochs: call ``ds.set_epoch(e)`` on the dataset object the loader holds before every epoch; workers read
 the epoch (and a resume point) from memory they share with it at each ``iter(loader)``, so
@@ -16,70 +19,230 @@ structures cache across epochs (non-persistent workers start each epoch with an 
 every rank yields ``len(ds)`` batches (``ConfigBatches``: padded or ``drop_last``), so no rank waits
 for another in a collective.
 
-Resume: ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed
-(without workers ``ds.state_dict()`` knows it; with workers it refuses to guess), then
-``ds.load_state_dict(state)`` (the same loader, even with persistent workers) or on a new
-``ConfigBatchDataset`` of the same settings, of any rank and world size (``ConfigBatches.load_state_dict``).
+Resume, two ways:
+
+- torchdata's ``StatefulDataLoader`` (``pip install tpuprep[torch]`` brings torchdata): ``loader.state_dict()``
+  after any batch, then a new loader of the same settings and number of workers, ``load_state_dict``,
+  ``set_epoch`` of the saved epoch, iterate: exactly the batches the uninterrupted run had left, in order.
+  The loader calls this dataset's ``state_dict`` / ``load_state_dict`` in each worker, which save and
+  resume that worker's own progress (``ConfigBatches.worker_state``).
+- ``ds.state_dict(position)`` with ``position = batch["position"]`` of the last batch consumed (without
+  workers ``ds.state_dict()`` knows it; with workers it refuses to guess), then ``ds.load_state_dict(state)``
+  (the same loader, even with persistent workers) or on a new ``ConfigBatchDataset`` of the same settings,
+  of any rank, world size and number of workers (``ConfigBatches.load_state_dict``).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .sampling.batches import BatchesAdapter, ConfigBatches, batch_arrays
+from .sampling.batches import BatchesAdapter, ConfigBatch, ConfigBatches, batch_arrays
+from .sampling.transfer import HEADER, Ring, aligned_offsets
 
-__all__ = ["ConfigBatchDataset"]
+__all__ = ["TRANSFER_BYTES", "BatchTensors", "ConfigBatchDataset", "to_tensors"]
+
+#: bytes of shared memory each DataLoader worker hands its batches over through (a batch of more than
+#: half of it goes through the DataLoader's pipe instead)
+TRANSFER_BYTES = 16 << 20
 
 
 class ConfigBatchDataset(BatchesAdapter, IterableDataset):
-    """The batches of a ``ConfigBatches`` as dicts of tensors, split over DataLoader workers
-    (``len``, ``set_epoch``, ``state_dict(position)``, ``load_state_dict``: ``BatchesAdapter``)."""
+    """The batches of a ``ConfigBatches`` as ``BatchTensors``, split over DataLoader workers (``len``,
+    ``set_epoch``: ``BatchesAdapter``; ``state_dict`` / ``load_state_dict``: in the main process a rank
+    state, in a DataLoader worker that worker's own state — the ``StatefulDataLoader`` protocol)."""
 
-    def __init__(self, batches: ConfigBatches, warm_up: bool = True):
+    def __init__(self, batches: ConfigBatches, warm_up: bool = True, transfer_bytes: int = TRANSFER_BYTES):
         """``warm_up``: read the first batch of the rank's share here, once (``ConfigBatches.warm_up``),
-        so that fork-started DataLoader workers inherit the loaded kernels and that graph's structure."""
+        so that fork-started DataLoader workers inherit the loaded kernels and that graph's structure.
+        ``transfer_bytes``: the shared memory each worker hands batches over through (0: none, every
+        batch through the DataLoader's pipe)."""
         super().__init__()
+        if isinstance(transfer_bytes, bool) or not isinstance(transfer_bytes, int) or transfer_bytes < 0:
+            raise ValueError(f"transfer_bytes must be an int ≥ 0, got {transfer_bytes!r}")
         self.batches = batches
+        self.transfer_bytes = transfer_bytes
         if warm_up and get_worker_info() is None:
             batches.warm_up()
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[BatchTensors]:
         info = get_worker_info()
         if info is not None:  # this process is a worker holding its own copy of the batches
             self.batches.set_worker(info.id, info.num_workers)
-        for batch in self.batches:
-            yield to_tensors(batch_arrays(batch))
+            _SENDER.transfer_bytes = self.transfer_bytes
+        return map(_tensors_of, iter(self.batches))  # iter() begins the pass now
+
+    def state_dict(self, position: int | None = None) -> dict[str, Any]:
+        """In the main process: ``ConfigBatches.state_dict(position)`` (a rank state; ``position`` =
+        the last consumed batch's ``batch["position"]``, needed with DataLoader workers, whose progress
+        this process cannot see). In a DataLoader worker (``StatefulDataLoader`` asks each worker after
+        each batch): ``ConfigBatches.worker_state()``, that worker's own progress."""
+        if get_worker_info() is not None:
+            return self.batches.worker_state()
+        return self.batches.state_dict(position)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """In the main process: ``ConfigBatches.load_state_dict``. In a DataLoader worker (where
+        ``StatefulDataLoader`` hands each worker its saved state): ``ConfigBatches.load_worker_state``."""
+        info = get_worker_info()
+        if info is None:
+            self.batches.load_state_dict(state)
+            return
+        self.batches.set_worker(info.id, info.num_workers)
+        self.batches.load_worker_state(state)
 
 
-def to_tensors(arrays: dict[str, Any]) -> dict[str, Any]:
+class BatchTensors(dict):
+    """One batch as a dict of tensors (and ``graph_id``, ``collection``, ``epoch``, ``position``): what
+    ``ConfigBatchDataset`` yields. A plain dict to its users; pickled by a DataLoader worker for the
+    main process, it travels through the worker's shared ring (``sampling.transfer``), and the main
+    process rebuilds it with tensors in one fresh buffer of its own."""
+
+    def __copy__(self) -> BatchTensors:
+        return BatchTensors(self)
+
+
+def _tensors_of(batch: ConfigBatch) -> BatchTensors:
+    """A batch as the item this process yields. In a DataLoader worker the item only goes to the ring
+    (``_reduce``) and the main process builds the user's one-buffer item: the sample's own arrays
+    (fresh, writable) are wrapped instead of copied there, and only the cached structure is copied."""
+    arrays = batch_arrays(batch)
+    if get_worker_info() is None:
+        return to_tensors(arrays)
+    wrapped = {key: torch.from_numpy(value) for key, value in arrays.items()
+               if isinstance(value, np.ndarray) and value.flags.owndata and value.flags.writeable}
+    out = to_tensors({key: value for key, value in arrays.items() if key not in wrapped})
+    return BatchTensors((key, wrapped[key] if key in wrapped else out[key]) for key in arrays)
+
+
+def to_tensors(arrays: dict[str, Any]) -> BatchTensors:
     """NumPy arrays → tensors (copies, so writable and owned by the item); other values unchanged.
 
-    All tensors of one item are views of one fresh uint8 buffer (each at a 16-byte aligned offset): a
-    DataLoader worker hands the main process one shared-memory block per item instead of one per
-    tensor (each costs a file descriptor passed through a socket, ~0.5-1 ms)."""
-    arrays_in = {key: np.asarray(value) for key, value in arrays.items() if isinstance(value, np.ndarray)}
-    offsets, total = {}, 0
-    for key, value in arrays_in.items():
-        offsets[key] = total
-        total += -(-value.nbytes // _ALIGN) * _ALIGN
+    All tensors of one item are views of one fresh uint8 buffer (each at a 16-byte aligned offset)."""
+    keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
+    values = [np.ascontiguousarray(arrays[key]) for key in keys]
+    offsets, total = aligned_offsets([v.nbytes for v in values])
     buffer = torch.empty(total, dtype=torch.uint8)
     raw = buffer.numpy()
-    out = dict(arrays)
-    for key, value in arrays_in.items():
-        start, stop = offsets[key], offsets[key] + value.nbytes
-        raw[start:stop].view(value.dtype).reshape(value.shape)[...] = value
-        out[key] = buffer[start:stop].view(_torch_dtype(value.dtype)).view(value.shape)
+    out = BatchTensors(arrays)
+    for key, value, start in zip(keys, values, offsets, strict=True):
+        raw[start:start + value.nbytes].view(value.dtype).reshape(value.shape)[...] = value
+        out[key] = buffer[start:start + value.nbytes].view(_torch_dtype(value.dtype)).view(value.shape)
     return out
-
-
-_ALIGN = 16
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype of a NumPy dtype (as ``torch.from_numpy`` maps it)."""
     return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
+# -- handing batches over from a DataLoader worker ---------------------------------------------------
+
+class _Sender:
+    """This worker process's ring: a shared uint8 tensor of ``transfer_bytes``, made at the first batch
+    sent, sent itself with that batch (its file descriptor crosses once) and referred to by key after."""
+
+    def __init__(self) -> None:
+        self.transfer_bytes = TRANSFER_BYTES
+        self.lock = threading.Lock()
+        self.pid: int | None = None
+        self.key: tuple[int, str] | None = None
+        self.tensor: torch.Tensor | None = None
+        self.ring: Ring | None = None
+        self.sent = False
+
+    def reserve(self, nbytes: int) -> tuple[Any, int] | None:
+        """(the ring's reference for a pickle, start) of a region of ``nbytes`` for the next batch, or
+        None (no ring, or no room now)."""
+        if self.pid != os.getpid():  # a new worker process (fork copies the parent's sender)
+            self.pid, self.tensor, self.ring, self.sent = os.getpid(), None, None, False
+            self.key = (os.getpid(), os.urandom(8).hex())
+            if self.transfer_bytes > HEADER:
+                self.tensor = torch.zeros(self.transfer_bytes, dtype=torch.uint8).share_memory_()
+                self.ring = Ring(self.tensor.numpy())
+        if self.ring is None:
+            return None
+        start = self.ring.reserve(nbytes)
+        if start is None:
+            return None
+        ref = (self.key, None if self.sent else self.tensor)
+        self.sent = True
+        return ref, start
+
+
+_SENDER = _Sender()
+_RECEIVED: dict[tuple[int, str], Ring] = {}  # main process: the rings of the workers that sent batches
+_RECEIVED_LOCK = threading.Lock()
+
+
+def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
+    """How ``ForkingPickler`` (the DataLoader's queues) pickles a ``BatchTensors``: in a DataLoader
+    worker, its arrays' bytes go to the worker's ring (or, without room, into the pickle) and their
+    layout into the pickle; elsewhere as a plain dict of tensors."""
+    if get_worker_info() is None:
+        return BatchTensors, (dict(item),)
+    tensors = {k: v for k, v in item.items() if isinstance(v, torch.Tensor)}
+    others = {k: v for k, v in item.items() if not isinstance(v, torch.Tensor)}
+    arrays = [t.detach().cpu().contiguous().numpy() for t in tensors.values()]
+    offsets, total = aligned_offsets([a.nbytes for a in arrays])
+    layout = [(key, t.dtype, tuple(t.shape), start, a.nbytes)
+              for (key, t), a, start in zip(tensors.items(), arrays, offsets, strict=True)]
+    with _SENDER.lock:
+        got = _SENDER.reserve(total)
+        target = np.zeros(total, np.uint8) if got is None else _SENDER.ring.region(got[1], total)
+        for a, start in zip(arrays, offsets, strict=True):
+            target[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
+    keys = tuple(item)
+    if got is None:
+        return _rebuild, (None, target.tobytes(), layout, others, keys)
+    (key, tensor), start = got
+    return _rebuild, ((key, tensor, start, start + total), None, layout, others, keys)
+
+
+def _rebuild(ref: tuple[Any, ...] | None, blob: bytes | None, layout: list[tuple[Any, ...]],
+             others: dict[str, Any], keys: tuple[str, ...]) -> BatchTensors:
+    """The main process's side of ``_reduce``: a ``BatchTensors`` whose tensors are views of one fresh
+    buffer, filled from the worker's ring (then released to the worker) or from the pickled bytes."""
+    total = layout[-1][3] + layout[-1][4] if layout else 0
+    buffer = torch.empty(total, dtype=torch.uint8)
+    raw = buffer.numpy()
+    if ref is None:
+        raw[:] = np.frombuffer(blob, np.uint8, total)
+    else:
+        key, tensor, start, end = ref
+        with _RECEIVED_LOCK:
+            if tensor is not None:
+                _forget_dead_senders()
+                _RECEIVED[key] = Ring(tensor.numpy())
+            ring = _RECEIVED.get(key)
+        if ring is None:
+            raise RuntimeError("a batch refers to the shared memory of a DataLoader worker this process never "
+                               "received: a batch pickled in a DataLoader worker is unpickled by its DataLoader only")
+        raw[:] = ring.region(start, total)
+        ring.release(end)
+    values = dict(others)
+    for key, dtype, shape, start, nbytes in layout:
+        values[key] = buffer[start:start + nbytes].view(dtype).view(shape)
+    return BatchTensors((key, values[key]) for key in keys)  # the worker's key order
+
+
+def _forget_dead_senders() -> None:
+    """Drop the rings of worker processes that have ended (their shared memory is freed with the last
+    reference)."""
+    for key in list(_RECEIVED):
+        try:
+            os.kill(key[0], 0)
+        except ProcessLookupError:
+            del _RECEIVED[key]
+        except PermissionError:
+            pass
+
+
+ForkingPickler.register(BatchTensors, _reduce)

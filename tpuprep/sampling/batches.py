@@ -1,19 +1,23 @@
 """``ConfigBatches``: seeded, resumable, sharded batches of k sampled configs per graph.
 
-One epoch is a list of items (graph, batch index), planned once for all ranks by ``epoch_plan`` (a pure
-function of the seed, the epoch, the graph list and the per-graph quotas) and dealt to ranks and
-DataLoader workers by ``sampling.sharding``: every rank gets the same number of items (the layout is
-padded with the epoch's first items, or with ``drop_last`` its last items are dropped), so no rank of a
-DDP job waits for another; over all ranks and workers every item of the plan is yielded once, up to that
-padding or dropping (at most world_size − 1 items). The rows of an item are drawn by its strategy from a
-Generator seeded by (seed, epoch, crc32(graph id), batch index), so they do not depend on who reads the
-item or when.
+One epoch is a list of items (graph, batch index), planned once for all ranks by ``sampling.plan`` (a
+pure function of the seed, the epoch, the graph list, the per-graph quotas and, for a weighted mix of
+collections, the weights) and dealt to ranks and DataLoader workers by ``sampling.sharding``: every rank
+gets the same number of items (the layout is padded with the epoch's first items, or with ``drop_last``
+its last items are dropped), so no rank of a DDP job waits for another; over all ranks and workers every
+item of the plan is yielded once, up to that padding or dropping (at most world_size − 1 items). The
+rows of an item are drawn by its strategy from a Generator seeded by (seed, epoch, crc32(graph id),
+batch index), so they do not depend on who reads the item or when.
 
 The epoch (``set_epoch``) and a resume point (``load_state_dict``) live in a ``SharedProgress`` that
-DataLoader workers share with the main process, so persistent workers follow ``set_epoch`` too.
+DataLoader workers share with the main process, so persistent workers follow ``set_epoch`` too. A pass
+over an epoch begins when ``iter()`` is called. Each DataLoader worker can also save and resume its own
+progress (``worker_state`` / ``load_worker_state``: torchdata's ``StatefulDataLoader`` protocol, through
+the torch adapter; ``sampling.resume``).
 Memory stays bounded whatever the collection size: each batch reads only its k configs
-(``Dataset.read_configs``), and graph structures (plus runtimes and small graphs' configs) are kept in a
-``StructureCache`` of ``cache_bytes`` bytes, one per reader process.
+(``Dataset.read_configs``), graph structures (plus runtimes and small graphs' configs) are kept in a
+``StructureCache`` of ``cache_bytes`` bytes, one per reader process, and an epoch's plan is one int32
+permutation of at most 2**24 items, decoded a chunk at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +34,17 @@ import numpy as np
 
 from ..shards.reader import ConfigSample, Dataset, GraphRecord
 from .cache import StructureCache
-from .sharding import SharedProgress, consumed_items, epoch_plan, share_indices, share_length
+from .mixing import select
+from .plan import EpochPlan, PlanLayout, check_epoch_items, epoch_plan
+from .resume import STATE_VERSION, check_epoch, check_int, parse_state, parse_worker, rank_state
+from .sharding import SharedProgress, consumed_items, share_indices, share_length, share_positions
 from .strategies import STRATEGIES, sqrt_quotas
 
-__all__ = ["BatchesAdapter", "ConfigBatch", "ConfigBatches", "batch_arrays", "epoch_plan", "item_rng",
-           "share_indices"]
+__all__ = ["STATE_VERSION", "BatchesAdapter", "ConfigBatch", "ConfigBatches", "batch_arrays", "epoch_plan",
+           "item_rng", "share_indices"]
 
-STATE_VERSION = 2
+#: share indices decoded at once while iterating (bounded memory whatever the epoch's length)
+CHUNK = 4096
 
 
 @dataclass
@@ -45,8 +53,9 @@ class ConfigBatch:
 
     structure: the graph's ``load_graph(graph_id, configs=False)`` record (read-only, shared through the
     cache: do not modify); sample: its ``ConfigSample`` (fresh, writable arrays; rows (k,) int64, see
-    ``Dataset.read_configs``); epoch: the epoch it belongs to; position: the number of items of this
-    rank's share of the epoch done once this batch is consumed (``state_dict`` resumes after it).
+    ``Dataset.read_configs``); collection: the graph's collection (in a mix, the one it was drawn for);
+    epoch: the epoch it belongs to; position: the number of items of this rank's share of the epoch done
+    once this batch is consumed (``state_dict`` resumes after it).
     """
 
     graph_id: str
@@ -64,28 +73,29 @@ def item_rng(seed: int, epoch: int, graph_id: str, batch: int) -> np.random.Gene
 
 
 class ConfigBatches:
-    """Batches of ``k`` sampled unique configs per graph of one collection and split (module docstring).
+    """Batches of ``k`` sampled unique configs per graph of one collection, or of a weighted mix of
+    collections, and one split (module docstring).
 
-    ``strategy``: "uniform", "stratified" or "pairs" (``sampling.strategies``; only "uniform" on the
-    test split, which has no runtimes); ``batches_per_graph``: an int ≥ 1, or "sqrt" for
-    ``sqrt_quotas`` (∝ √ of each graph's unique configs); ``graph_ids``: a subset of the collection's
-    split (default: all of it, sorted); ``drop_last``: rank shares of equal length by dropping the
-    epoch's last items instead of padding with its first ones; ``cache_bytes``: how many bytes of arrays
-    the structures cache of each reader process holds (the most recent entry is always kept), and
-    ``structures``: at most that many graphs too (default: no count limit). A tile graph's entry holds
-    all of its configs, read once and sliced per batch, and so does a layout graph's whose decoded
-    configs take at most ``cache_bytes / 8``; larger graphs are read per batch, only the row groups
-    holding its k rows. Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this rank's
-    share."""
+    ``collection``: a collection name, or a mapping {collection: weight} of collections of one kind
+    (``sampling.mixing``; per epoch each collection's share of the batches follows the weights within
+    ±1 batch, up- or down-sampling its graphs: ``sampling.plan``); ``strategy``: "uniform", "stratified"
+    or "pairs" (``sampling.strategies``; only "uniform" on the test split, which has no runtimes);
+    ``batches_per_graph``: an int ≥ 1, or "sqrt" for ``sqrt_quotas`` (∝ √ of each graph's unique
+    configs, per collection); an epoch holds at most 2**24 batches; ``graph_ids``: a subset of the
+    collections' split (default: all of it, sorted); ``drop_last``: rank shares of equal length by
+    dropping the epoch's last items instead of padding with its first ones; ``cache_bytes``: how many
+    bytes of arrays the structures cache of each reader process holds (the most recent entry is always
+    kept), and ``structures``: at most that many graphs too (default: no count limit). A tile graph's
+    entry holds all of its configs, read once and sliced per batch, and so does a layout graph's whose
+    decoded configs take at most ``cache_bytes / 8``; larger graphs are read per batch, only the row
+    groups holding its k rows. Iterating yields ``ConfigBatch``es of one epoch (``set_epoch``) of this
+    rank's share. ``collection`` reads the one collection's name (None for a mix), ``collections`` and
+    ``weights`` the collections (sorted) and their weights."""
 
-    def __init__(self, ds: Dataset, collection: str, split: str = "train", k: int = 64,
+    def __init__(self, ds: Dataset, collection: str | Mapping[str, float], split: str = "train", k: int = 64,
                  strategy: str = "uniform", seed: int = 0, rank: int = 0, world_size: int = 1,
                  graph_ids: Sequence[str] | None = None, batches_per_graph: int | str = 1,
                  structures: int | None = None, cache_bytes: int = 256 << 20, drop_last: bool = False):
-        if collection not in ds.collections:
-            raise KeyError(f"no collection {collection!r} in {ds.root} (it has {', '.join(ds.collections)})")
-        if split not in ds.splits(collection):
-            raise KeyError(f"{collection} has no {split!r} split in {ds.root}")
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
         if STRATEGIES[strategy][0] and split == "test":
@@ -107,49 +117,67 @@ class ConfigBatches:
             raise ValueError(f"cache_bytes must be an int ≥ 0, got {cache_bytes!r}")
         if not isinstance(drop_last, bool):
             raise ValueError(f"drop_last must be True or False, got {drop_last!r}")
-        listed = ds.graph_ids(collection, split)
-        self.graph_ids = list(listed if graph_ids is None else graph_ids)
-        foreign = sorted(set(self.graph_ids) - set(listed))
-        if foreign:
-            raise KeyError(f"graph {foreign[0]!r} is not in {collection} {split} of {ds.root}")
-        if len(set(self.graph_ids)) != len(self.graph_ids):
-            raise ValueError("graph_ids lists a graph twice")
-        self.ds, self.collection, self.split, self.k = ds, collection, split, k
+        selection = select(ds, collection, split, graph_ids)
+        if batches_per_graph != "sqrt":
+            check_epoch_items(batches_per_graph * len(selection.graph_ids))
+        self.selection = selection
+        self.graph_ids = selection.graph_ids
+        self.collections, self.weights = selection.names, selection.weights
+        self.collection = None if selection.mixed else selection.names[0]
+        self.ds, self.split, self.k = ds, split, k
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
         self.cache_bytes, self.drop_last = cache_bytes, drop_last
         self.worker, self.num_workers = 0, 1
         self._opened_in = os.getpid()  # a forked child opens the dataset again (``_own_dataset``)
         self._quotas: np.ndarray | None = None
+        self._layout: PlanLayout | None = None
         self._progress = SharedProgress()
         self._reset_local()
 
     def _reset_local(self) -> None:
-        """What only this process knows: its cache and the layout and position of its own pass."""
+        """What only this process knows: its cache, the pass it began — (epoch, base, start): the layout
+        and the share index it started at —, its position (share index after the last batch it yielded),
+        the share index it reads next, and a worker state it loaded and has not begun yet."""
         self.cache = StructureCache(self.cache_bytes, self.structures)
-        self._pass: tuple[int, int] | None = None  # (epoch, base) of the pass this process began
+        self._pass: tuple[int, int, int] | None = None
         self._position = 0
+        self._next = 0
+        self._local: tuple[int, int, int, int] | None = None  # (epoch, base, start, next)
 
     def __repr__(self) -> str:
-        return (f"ConfigBatches({self.collection!r}, split={self.split!r}, k={self.k}, "
+        what = repr(self.collection) if self.collection is not None else \
+            "{" + ", ".join(f"{n!r}: {w}" for n, w in zip(self.collections, self.weights, strict=True)) + "}"
+        return (f"ConfigBatches({what}, split={self.split!r}, k={self.k}, "
                 f"strategy={self.strategy!r}, seed={self.seed}, rank={self.rank}, world_size={self.world_size}, "
                 f"epoch={self.epoch}, graphs={len(self.graph_ids)})")
 
     # -- the plan -------------------------------------------------------------------------------
     def quotas(self) -> np.ndarray:
-        """(G,) int64 batches per graph of ``graph_ids`` in every epoch."""
+        """(G,) int64 batches per graph of ``graph_ids`` in every round (``sampling.plan``; the epoch of
+        one collection is one round)."""
         if self._quotas is None:
             if self.batches_per_graph == "sqrt":
                 counts = np.array([self.ds.num_unique_configs(g) for g in self.graph_ids], np.int64)
-                self._quotas = sqrt_quotas(counts)
+                ends = np.cumsum(self.selection.counts)
+                self._quotas = np.concatenate([sqrt_quotas(part) for part in np.split(counts, ends[:-1])])
             else:
                 self._quotas = np.full(len(self.graph_ids), self.batches_per_graph, np.int64)
         return self._quotas
 
+    def layout(self) -> PlanLayout:
+        """The ``PlanLayout`` the epochs are planned from (quotas, collections, shares)."""
+        if self._layout is None:
+            quotas = self.quotas()
+            check_epoch_items(int(quotas.sum()))
+            self._layout = PlanLayout.mix(self.collections, self.weights, self.selection.counts, quotas)
+        return self._layout
+
     def plan(self, epoch: int | None = None) -> np.ndarray:
-        """(N, 2) int64 (graph index, batch index) items of an epoch (default: the current), all ranks."""
-        return epoch_plan(len(self.graph_ids), self.quotas(), self.seed,
-                          self.epoch if epoch is None else epoch)
+        """(N, 2) int64 (graph index, batch index) items of an epoch (default: the current), all ranks.
+        For inspection: iterating decodes the plan a chunk at a time instead."""
+        plan = EpochPlan(self.layout(), self.seed, self.epoch if epoch is None else check_epoch(epoch))
+        return plan.items(np.arange(len(plan)))
 
     @property
     def epoch(self) -> int:
@@ -157,12 +185,10 @@ class ConfigBatches:
         return self._progress.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch the next iteration yields, in this process and in DataLoader workers holding
-        a copy of this object (persistent ones too). A resume point (``load_state_dict``) is kept when
-        ``epoch`` is the resumed epoch, dropped otherwise."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-            raise ValueError(f"epoch must be an int ≥ 0, got {epoch!r}")
-        self._progress.set_epoch(int(epoch))
+        """Choose the epoch the next iteration yields (an int in 0..2**63-1), in this process and in
+        DataLoader workers holding a copy of this object (persistent ones too). A resume point
+        (``load_state_dict``) is kept when ``epoch`` is the resumed epoch, dropped otherwise."""
+        self._progress.set_epoch(check_epoch(epoch))
 
     def set_worker(self, worker: int, num_workers: int) -> None:
         """Read only worker ``worker``'s part of this rank's share (a DataLoader worker of
@@ -173,7 +199,7 @@ class ConfigBatches:
 
     def __len__(self) -> int:
         """Batches this rank (and worker) yields in a whole epoch: the same on every rank."""
-        length = share_length(int(self.quotas().sum()), self.world_size, self.drop_last)
+        length = share_length(len(self.layout()), self.world_size, self.drop_last)
         return len(range(self.worker, length, self.num_workers))
 
     # -- reading --------------------------------------------------------------------------------
@@ -186,27 +212,41 @@ class ConfigBatches:
             self._opened_in = os.getpid()
 
     def __iter__(self) -> Iterator[ConfigBatch]:
+        """Begin a pass now (the epoch and resume point are read here, not at the first batch) and
+        return its batches."""
         self._own_dataset()
-        epoch, base, start = self._progress.begin(self.worker, self.num_workers)
-        self._pass, self._position = (epoch, base), start
-        plan = self.plan(epoch)
-        where, shares = share_indices(len(plan), self.rank, self.world_size, self.worker, self.num_workers,
-                                      start, self.drop_last, base)
-        for (g, b), j in zip(plan[where].tolist(), shares.tolist(), strict=True):
-            batch = self.batch(self.graph_ids[g], b, epoch)
-            batch.position = j + 1
-            self._position = j + 1
-            yield batch
+        if self._local is not None:  # a worker state loaded in this process
+            epoch, base, start, first = self._local
+            self._local = None
+            self._progress.record_pass(self.worker, epoch, base)
+        else:
+            epoch, base, start = self._progress.begin(self.worker, self.num_workers)
+            first = start + self.worker
+        self._pass, self._position, self._next = (epoch, base, start), start, first
+        return self._read(epoch, base, first)
+
+    def _read(self, epoch: int, base: int, first: int) -> Iterator[ConfigBatch]:
+        """The batches of this reader's share indices first, first + n, … of the pass."""
+        plan = EpochPlan(self.layout(), self.seed, epoch)
+        length = share_length(len(plan), self.world_size, self.drop_last, base)
+        step = self.num_workers
+        for lo in range(first, length, CHUNK * step):
+            j = np.arange(lo, min(lo + CHUNK * step, length), step, dtype=np.int64)
+            items = plan.items(share_positions(j, len(plan), self.rank, self.world_size, base))
+            for (g, b), share in zip(items.tolist(), j.tolist(), strict=True):
+                batch = self.batch(self.graph_ids[g], b, epoch)
+                batch.position = share + 1
+                self._position, self._next = share + 1, share + step
+                yield batch
 
     def warm_up(self) -> None:
         """Read the first item of this rank's share of the current epoch now, in this process: the
         reading kernels (numba, ~2 s per process) and that graph's cache entry are loaded, and DataLoader
         workers started by fork afterwards inherit them instead of each paying for them again."""
-        plan = self.plan()
-        where, _ = share_indices(len(plan), self.rank, self.world_size, drop_last=self.drop_last)
-        if len(where):
-            g, b = plan[where[0]].tolist()
-            self.batch(self.graph_ids[g], b)
+        plan = EpochPlan(self.layout(), self.seed, self.epoch)
+        if share_length(len(plan), self.world_size, self.drop_last):
+            g, b = plan.items(share_positions(np.zeros(1, np.int64), len(plan), self.rank, self.world_size))[0]
+            self.batch(self.graph_ids[int(g)], int(b))
 
     def batch(self, graph_id: str, b: int, epoch: int | None = None) -> ConfigBatch:
         """Item (graph_id, b) of an epoch (default: the current), read now (``position`` 0)."""
@@ -218,7 +258,7 @@ class ConfigBatches:
                       item_rng(self.seed, epoch, graph_id, b))
         sample = (cached.configs.take(rows) if cached.configs is not None
                   else self.ds.read_configs(graph_id, rows, cached.columns))
-        return ConfigBatch(graph_id, self.collection, self.split, cached.structure, sample, epoch, 0)
+        return ConfigBatch(graph_id, cached.structure.collection, self.split, cached.structure, sample, epoch, 0)
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its folder
@@ -227,7 +267,8 @@ class ConfigBatches:
         stay shared with this object when a worker is being started (``SharedProgress``)."""
         state = dict(vars(self))
         state["ds"] = (str(self.ds.root), self.ds.storage_options)
-        del state["cache"], state["_pass"], state["_position"], state["_opened_in"]
+        for local in ("cache", "_pass", "_position", "_next", "_local", "_opened_in"):
+            del state[local]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -240,8 +281,8 @@ class ConfigBatches:
     # -- resuming -------------------------------------------------------------------------------
     def fingerprint(self) -> str:
         """A short hash of every setting the stream depends on except seed, epoch, rank and world size
-        (graph list, collection, split, k, strategy, quotas rule, drop_last)."""
-        settings = [self.collection, self.split, self.k, self.strategy, self.batches_per_graph,
+        (graph list, collections and weights, split, k, strategy, quotas rule, drop_last)."""
+        settings = [self.selection.setting(), self.split, self.k, self.strategy, self.batches_per_graph,
                     self.drop_last, self.graph_ids]
         return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
 
@@ -265,18 +306,15 @@ class ConfigBatches:
             else:
                 position = 0
         else:
-            if isinstance(position, bool) or not isinstance(position, int | np.integer) or position < 0:
-                raise ValueError(f"position must be an int ≥ 0, got {position!r}")
+            position = check_int(position, "position")
             if pending is not None:
                 base = pending[1]
             elif passes and pass_epoch == epoch:
                 base = pass_base
-        length = share_length(int(self.quotas().sum()), self.world_size, self.drop_last, base)
+        length = share_length(len(self.layout()), self.world_size, self.drop_last, base)
         if position > length:
             raise ValueError(f"position {position} is past the end of this rank's share ({length} batches)")
-        return {"version": STATE_VERSION, "epoch": int(epoch), "base": int(base), "position": int(position),
-                "world_size": self.world_size, "rank": self.rank, "seed": self.seed,
-                "fingerprint": self.fingerprint()}
+        return rank_state(epoch, base, position, self.world_size, self.rank, self.seed, self.fingerprint())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume where ``state`` (``state_dict``) left off: the next iteration (of this process, or of
@@ -284,24 +322,49 @@ class ConfigBatches:
         yields the same number of batches per epoch), so a state of any rank resumes every rank: with
         the same world size, each rank resumes its own share at the state's position; with another
         world size, the items not yet consumed by the old world are dealt again to the new one (padded
-        or dropped to equal shares). ``ValueError`` when it was made with other settings or seed."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"not a ConfigBatches state (version {STATE_VERSION}): {state!r:.80}")
-        if state.get("fingerprint") != self.fingerprint() or state.get("seed") != self.seed:
-            raise ValueError("this state was made by a ConfigBatches with other settings or seed "
-                             f"(fingerprint {state.get('fingerprint')}, seed {state.get('seed')}; this one "
-                             f"{self.fingerprint()}, seed {self.seed})")
-        epoch, base, position, world = (state.get(key) for key in ("epoch", "base", "position", "world_size"))
-        total = int(self.quotas().sum())
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (epoch, base, position)) \
-                or not isinstance(world, int) or world < 1 or base > total \
-                or position > share_length(total, world, self.drop_last, base):
-            raise ValueError(f"bad epoch, base, position or world_size in the state: {epoch!r}, {base!r}, "
-                             f"{position!r}, {world!r} (epochs of {total} items)")
+        or dropped to equal shares). ``ValueError`` when it was made with other settings or seed, or is
+        a DataLoader worker's state (``load_worker_state``)."""
+        epoch, base, position, world = parse_state(state, self.fingerprint(), self.seed, len(self.layout()),
+                                                   self.drop_last)
+        if "worker" in state:
+            raise ValueError(f"this is the state of DataLoader worker {state['worker']} of "
+                             f"{state.get('num_workers')} (torchdata's StatefulDataLoader saves one per worker): "
+                             "load it with StatefulDataLoader.load_state_dict")
         if world != self.world_size:  # deal what the old world had not consumed to this one
-            base, position = consumed_items(total, world, base, position), 0
+            base, position = consumed_items(len(self.layout()), world, base, position), 0
         self._progress.resume(epoch, base, position)
         self._pass, self._position = None, position
+
+    def worker_state(self) -> dict[str, Any]:
+        """This reader's own resume point (``sampling.resume``: the rank state of its pass plus "worker",
+        "num_workers" and "next"), after the last batch it yielded; before its pass begins, the point
+        the pass will start at. What torchdata's ``StatefulDataLoader`` saves for each DataLoader worker
+        (the torch adapter calls it in the worker)."""
+        if self._local is not None:
+            epoch, base, start, nxt = self._local
+        elif self._pass is not None:
+            (epoch, base, start), nxt = self._pass, self._next
+        else:
+            epoch, base, start = self._progress.pending() or (self.epoch, 0, 0)
+            nxt = start + self.worker
+        state = rank_state(epoch, base, start, self.world_size, self.rank, self.seed, self.fingerprint())
+        return {**state, "worker": self.worker, "num_workers": self.num_workers, "next": int(nxt)}
+
+    def load_worker_state(self, state: dict[str, Any]) -> None:
+        """Make this reader's next pass resume ``state``: a worker state of the same worker of as many
+        workers in the same world size (it continues that worker's batches), or a rank state (every
+        worker resumes it, in any world size, as ``load_state_dict`` does). The point is this process's
+        own: other readers and the shared progress are not touched; the next ``iter()`` takes it."""
+        epoch, base, position, world = parse_state(state, self.fingerprint(), self.seed, len(self.layout()),
+                                                   self.drop_last)
+        if "worker" in state:
+            length = share_length(len(self.layout()), world, self.drop_last, base)
+            nxt = parse_worker(state, self.worker, self.num_workers, self.world_size, position, world, length)
+        else:
+            if world != self.world_size:
+                base, position = consumed_items(len(self.layout()), world, base, position), 0
+            nxt = position + self.worker
+        self._local = (epoch, base, position, nxt)
 
 
 class BatchesAdapter:
@@ -327,14 +390,15 @@ class BatchesAdapter:
 
 
 def batch_arrays(batch: ConfigBatch) -> dict[str, Any]:
-    """A batch as a flat dict of NumPy arrays plus ``graph_id`` (str), ``epoch`` and ``position``
-    (int): what the torch and JAX adapters convert. Keys: node_feat (n, 140) float32, node_opcode (n,)
+    """A batch as a flat dict of NumPy arrays plus ``graph_id`` and ``collection`` (str), ``epoch`` and
+    ``position`` (int): what the torch and JAX adapters convert. Keys: node_feat (n, 140) float32, node_opcode (n,)
     uint8, edge_index (m, 2) int32, rows (k,) int64, group_size (k,) int32, and per kind: layout
     node_config_ids (nc,) int32, node_config_feat (k, nc, 18) int8; tile config_feat (k, 24) float32.
     With runtimes (not test): config_runtime (k,) int64 ns (tile also config_runtime_normalizers
     (k,) int64 ns). Structure arrays are the LRU's read-only arrays, not copies."""
     s, c = batch.structure, batch.sample
-    out: dict[str, Any] = {"graph_id": batch.graph_id, "epoch": batch.epoch, "position": batch.position,
+    out: dict[str, Any] = {"graph_id": batch.graph_id, "collection": batch.collection, "epoch": batch.epoch,
+                           "position": batch.position,
                            "node_feat": s.node_feat, "node_opcode": s.node_opcode,
                            "edge_index": s.edge_index, "rows": c.rows, "group_size": c.group_size}
     optional = {"node_config_ids": s.node_config_ids, "node_config_feat": c.node_config_feat,

@@ -18,7 +18,9 @@ each rung's edge and config-node caps are the largest of the graphs whose node c
 ``pad_batch`` pads the dict of NumPy arrays of a batch (``sampling.batches.batch_arrays``) and adds
 boolean masks; ``unpad_batch`` inverts it exactly. Real entries always come first (masks are True on a
 prefix). Padding values: node_feat 0.0, node_opcode 0, node_config_feat −1 (the "no layout" value),
-config_feat 0.0, rows −1, group_size 0, config_runtime 0, config_runtime_normalizers 1. Padded edges
+config_feat 0.0, rows −1, group_size 0, config_runtime ``PAD_RUNTIME`` = 2**63 − 1 ns (the int64
+maximum: slower than any real runtime, and real runtimes of 0 are valid, so a ranking loss that forgets
+``config_mask`` ranks the padding configs last, never first), config_runtime_normalizers 1. Padded edges
 are ``(N−1, N−1)`` and padded ``node_config_ids`` are ``N−1``: node N−1 is always a padding node, so
 a message-passing layer that ignores ``edge_mask`` still never mixes a padding value into a real node
 (nor a real one into padding, except into node N−1, which a loss must ignore through ``node_mask``).
@@ -36,10 +38,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MASKS", "ShapeLadder", "collection_sizes", "pad_batch", "unpad_batch"]
+__all__ = ["MASKS", "PAD_RUNTIME", "ShapeLadder", "collection_sizes", "pad_batch", "unpad_batch"]
 
 DEFAULT_RUNGS = 8
 ALIGN = 8  # rung sizes are multiples of 8 (vector-friendly; costs at most 7 rows per axis)
+
+#: the config_runtime of a padding config (ns): the int64 maximum, slower than every real runtime
+PAD_RUNTIME = int(np.iinfo(np.int64).max)
 
 # key -> (axes: one of "node", "edge", "config", "cnode" or None per dimension, padding value)
 LAYOUT: dict[str, tuple[tuple[str | None, ...], Any]] = {
@@ -51,7 +56,7 @@ LAYOUT: dict[str, tuple[tuple[str | None, ...], Any]] = {
     "config_feat": (("config", None), 0),
     "rows": (("config",), -1),
     "group_size": (("config",), 0),
-    "config_runtime": (("config",), 0),
+    "config_runtime": (("config",), PAD_RUNTIME),  # ranked after every real config
     "config_runtime_normalizers": (("config",), 1),
 }
 MASKS = {"node": "node_mask", "edge": "edge_mask", "config": "config_mask", "cnode": "config_node_mask"}

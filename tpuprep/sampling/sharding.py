@@ -1,7 +1,7 @@
 """How one epoch of ``ConfigBatches`` is dealt to ranks and DataLoader workers, and the small state the
 main process shares with its workers.
 
-An epoch's plan is N items (``epoch_plan``). A *layout* deals the items at plan positions ``base`` … N−1
+An epoch's plan is N items (``sampling.plan``). A *layout* deals the items at plan positions ``base`` … N−1
 (``base`` > 0 only for an epoch resumed after the world size changed) to ``world_size`` ranks so that
 every rank gets the same number of items: T = ⌈(N − base) / w⌉·w virtual slots, slot v holding the item
 at ``base + v mod (N − base)`` (the padding repeats the first items of the layout, as torch's
@@ -28,18 +28,6 @@ _EPOCH, _ACTIVE, _R_EPOCH, _R_BASE, _R_START, _R_READERS, _PASS_EPOCH, _PASS_BAS
 _SLOTS = 9
 
 
-def epoch_plan(num_graphs: int, quotas: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-    """(N,) items of one epoch as an (N, 2) int64 array of (graph index, batch index), N = Σ quotas:
-    every (g, b) with b < quotas[g], in the order of ``default_rng([seed, epoch]).permutation``."""
-    quotas = np.asarray(quotas, np.int64)
-    if len(quotas) != num_graphs:
-        raise ValueError(f"{len(quotas)} quotas for {num_graphs} graphs")
-    graph = np.repeat(np.arange(num_graphs, dtype=np.int64), quotas)
-    first = np.repeat(np.cumsum(quotas) - quotas, quotas)
-    items = np.stack([graph, np.arange(len(graph), dtype=np.int64) - first], axis=1)
-    return items[np.random.default_rng([seed, epoch]).permutation(len(items))]
-
-
 def share_length(num_items: int, world_size: int, drop_last: bool = False, base: int = 0) -> int:
     """Items every rank gets of the layout of plan positions ``base`` … ``num_items`` − 1."""
     left = max(num_items - base, 0)
@@ -52,11 +40,16 @@ def share_indices(num_items: int, rank: int, world_size: int, worker: int = 0, n
     an epoch of ``num_items`` items (layout from plan position ``base``, module docstring) when its
     rank's share resumes at share index ``start``. Every rank's share has ``share_length`` items."""
     length = share_length(num_items, world_size, drop_last, base)
-    j = np.arange(min(start, length), length, dtype=np.int64)
-    j = j[(j - start) % num_workers == worker]
-    slots = rank + j * world_size
+    j = np.arange(min(start, length) + worker, length, num_workers, dtype=np.int64)
+    return share_positions(j, num_items, rank, world_size, base), j
+
+
+def share_positions(j: np.ndarray, num_items: int, rank: int, world_size: int, base: int = 0) -> np.ndarray:
+    """(n,) int64 plan positions of share indices ``j`` (n,) of rank ``rank`` in the layout from ``base``:
+    slot rank + j · world_size, which holds the item at base + slot mod (N − base)."""
+    slots = rank + np.asarray(j, np.int64) * world_size
     left = num_items - base
-    return (base + slots % left if left > 0 else slots), j
+    return base + slots % left if left > 0 else slots
 
 
 def consumed_items(num_items: int, world_size: int, base: int, position: int) -> int:
@@ -129,6 +122,15 @@ class SharedProgress:
                 a[_PASS_EPOCH], a[_PASS_BASE] = epoch, base
                 a[_PASSES] += 1
             return int(epoch), int(base), int(start)
+
+    def record_pass(self, worker: int, epoch: int, base: int) -> None:
+        """Record the layout of a pass a reader began from a state of its own (a DataLoader worker's
+        ``load_worker_state``), as ``begin`` does, without touching the shared resume point."""
+        if worker == 0:
+            with self._array.get_lock():
+                a = self._array
+                a[_PASS_EPOCH], a[_PASS_BASE] = epoch, base
+                a[_PASSES] += 1
 
     def last_pass(self) -> tuple[int, int, int]:
         """(epoch, base, number of passes begun) of the latest pass any reader began."""

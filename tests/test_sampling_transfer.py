@@ -1,0 +1,188 @@
+"""Handing batches from DataLoader workers to the main process (issue #38 item 5): the shared ring of
+``sampling/transfer.py`` against a model of its rule (a region is never handed out while an unread one
+overlaps it), and the torch adapter's items through it — from real worker processes, through the ring,
+through the pipe when the ring is full or off — equal, tensor for tensor, to the items read in one
+process, each in a buffer of its own."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tpuprep
+from tpuprep.sampling.batches import ConfigBatches
+from tpuprep.sampling.transfer import ALIGN, HEADER, Ring, aligned_offsets
+
+
+def test_aligned_offsets_lay_arrays_end_to_end_on_16_bytes():
+    assert aligned_offsets([]) == ([], 0)
+    assert aligned_offsets([1, 16, 17, 0, 5]) == ([0, 16, 32, 64, 64], 80)
+    offsets, total = aligned_offsets([3, 40, 7])
+    assert all(o % ALIGN == 0 for o in offsets) and total % ALIGN == 0
+
+
+@given(capacity=st.integers(1, 300), ops=st.lists(st.tuples(st.booleans(), st.integers(0, 200)), max_size=80))
+def test_a_ring_never_hands_out_a_region_the_consumer_has_not_read(capacity, ops):
+    """Random reserves (a payload of a size) and in-order reads: every region read holds exactly the
+    payload written into it; a reserve fails only for a payload over half the ring or when an unread
+    region is in the way; an empty ring always takes a payload of at most half its size."""
+    ring = Ring(np.zeros(HEADER + capacity, np.uint8))
+    reader = Ring(ring.buffer)  # the consumer's view of the same memory
+    unread: list[tuple[int, int, bytes]] = []
+    counter = 0
+    for produce, size in ops:
+        if produce:
+            payload = bytes((counter + i) % 251 for i in range(size))
+            counter += 1
+            start = ring.reserve(size)
+            if start is None:
+                lap = ring.head + (ring.capacity - ring.head % ring.capacity
+                                   if ring.head % ring.capacity + size > ring.capacity else 0)
+                assert size > capacity // 2 or lap + size - reader.consumed > capacity
+                assert unread or size > capacity // 2  # an empty ring takes any payload of ≤ half of it
+                continue
+            assert start % capacity + size <= capacity  # a region never wraps
+            ring.region(start, size)[:] = np.frombuffer(payload, np.uint8)
+            unread.append((start, size, payload))
+        elif unread:
+            start, size, payload = unread.pop(0)
+            assert reader.region(start, size).tobytes() == payload
+            reader.release(start + size)
+    while unread:
+        start, size, payload = unread.pop(0)
+        assert reader.region(start, size).tobytes() == payload
+        reader.release(start + size)
+    assert ring.reserve(capacity // 2) is not None
+
+
+def test_a_ring_needs_room_for_its_header():
+    with pytest.raises(ValueError, match="more than 64 bytes"):
+        Ring(np.zeros(HEADER, np.uint8))
+
+
+# -- the torch adapter's items ---------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def ds(synth_shards):
+    return tpuprep.open_dataset(synth_shards)
+
+
+def _items(ds, collection: str, workers: int, transfer_bytes: int | None = None, **loader_args) -> list:
+    from torch.utils.data import DataLoader
+
+    from tpuprep.torch import ConfigBatchDataset
+
+    batches = ConfigBatches(ds, collection, k=8, seed=2, batches_per_graph=4)
+    extra = {} if transfer_bytes is None else {"transfer_bytes": transfer_bytes}
+    loader = DataLoader(ConfigBatchDataset(batches, **extra), batch_size=None, num_workers=workers, **loader_args)
+    return list(loader)
+
+
+def _same(a, b) -> None:
+    assert list(a) == list(b)  # the same keys, in the same order
+    for key, value in a.items():
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == b[key].dtype and value.shape == b[key].shape and torch.equal(value, b[key]), key
+        else:
+            assert value == b[key], key
+
+
+def _own_buffers(items) -> None:
+    """Each item's tensors are views of one storage of its own, writable."""
+    from tpuprep.torch import BatchTensors
+
+    seen = set()
+    for item in items:
+        assert type(item) is BatchTensors and isinstance(item, dict)
+        storages = {t.untyped_storage().data_ptr() for t in item.values() if isinstance(t, torch.Tensor)}
+        assert len(storages) == 1 and not storages & seen
+        seen |= storages
+        item["node_feat"][0, 0] = 1.5  # writable
+
+
+@pytest.mark.parametrize("collection", ["layout:xla:random", "tile:xla"])
+@pytest.mark.parametrize("transfer_bytes", [None, 0, 4096])  # the ring; none (the pipe); a ring mostly full
+def test_worker_items_equal_the_single_process_items(ds, collection, transfer_bytes):
+    want = _items(ds, collection, 0)
+    for context in ("fork", "spawn") if transfer_bytes is None else ("fork",):
+        got = _items(ds, collection, 2, transfer_bytes, multiprocessing_context=context,
+                     persistent_workers=True)
+        assert len(got) == len(want) > 0
+        for a, b in zip(got, want, strict=True):
+            _same(a, b)
+        _own_buffers(got)
+
+
+def test_persistent_workers_keep_their_rings_and_ended_workers_are_forgotten(ds):
+    """A persistent worker's ring crosses once and serves every epoch; the main process drops the
+    rings of workers that have ended."""
+    from torch.utils.data import DataLoader
+
+    from tpuprep import torch as adapter
+
+    dataset = adapter.ConfigBatchDataset(ConfigBatches(ds, "layout:xla:random", k=8, seed=2, batches_per_graph=6))
+    want = {}
+    for epoch in (0, 1, 2):
+        dataset.batches.set_epoch(epoch)
+        want[epoch] = [(b["graph_id"], b["rows"].tolist()) for b in DataLoader(dataset, batch_size=None)]
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in (0, 1, 2):
+        dataset.set_epoch(epoch)
+        assert [(b["graph_id"], b["rows"].tolist()) for b in loader] == want[epoch]
+        pids = {w.pid for w in loader._iterator._workers}
+        assert {key[0] for key in adapter._RECEIVED} >= pids
+        assert all(adapter._RECEIVED[key].consumed > 0 for key in adapter._RECEIVED if key[0] in pids)
+    del loader
+    short = DataLoader(dataset, batch_size=None, num_workers=1)
+    list(short)  # a new worker registers its ring: the two that ended are forgotten
+    alive = {key[0] for key in adapter._RECEIVED}
+    assert not alive & pids
+
+
+def test_a_batch_pickled_outside_a_worker_is_a_plain_dict_of_tensors(ds):
+    from multiprocessing.reduction import ForkingPickler
+
+    from tpuprep.torch import BatchTensors, _rebuild
+
+    item = _items(ds, "tile:xla", 0)[0]
+    for blob in (pickle.dumps(item), bytes(ForkingPickler.dumps(item))):
+        again = pickle.loads(blob)
+        assert type(again) is BatchTensors
+        _same(again, item)
+    with pytest.raises(RuntimeError, match="never received"):
+        _rebuild(((1, "nope"), None, 0, 16), None, [("rows", torch.int64, (2,), 0, 16)], {}, ("rows",))
+
+
+@pytest.mark.parametrize("transfer_bytes", [1 << 16, 0])
+def test_a_batch_crosses_as_it_was_in_the_worker(transfer_bytes, monkeypatch):
+    """The reducer in a (simulated) DataLoader worker and the rebuild in the main process: any keys, in
+    their order, tensors of any dtype and shape (empty ones too) and other values, through the ring or
+    the pickled bytes; the rebuilt tensors share one fresh buffer."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.utils.data._utils.worker as worker_module
+
+    from tpuprep import torch as adapter
+
+    monkeypatch.setattr(adapter, "_SENDER", adapter._Sender())
+    adapter._SENDER.transfer_bytes = transfer_bytes
+    item = adapter.BatchTensors([("a", torch.arange(5, dtype=torch.int64)), ("name", "g:1"),
+                                 ("b", torch.rand((200, 10), dtype=torch.float32)), ("n", 7),
+                                 ("empty", torch.zeros((0, 18), dtype=torch.int8)), ("u", torch.tensor([1, 2], dtype=torch.uint8))])
+    info = worker_module.WorkerInfo(id=0, num_workers=1, seed=0, dataset=None)
+    blobs = []
+    for _ in range(3):  # the ring's first batch carries the ring itself, the next ones refer to it
+        monkeypatch.setattr(worker_module, "_worker_info", info)
+        blobs.append(bytes(ForkingPickler.dumps(item)))
+        monkeypatch.setattr(worker_module, "_worker_info", None)
+        again = pickle.loads(blobs[-1])
+        _same(again, item)
+        assert len({t.untyped_storage().data_ptr() for t in again.values() if isinstance(t, torch.Tensor)}) == 1
+    assert (len(blobs[1]) < 1000) == bool(transfer_bytes)  # through the ring, only the layout is pickled
