@@ -42,7 +42,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank(rank: int, world: int, port: int, shards: str, out: str, drop_last: bool) -> None:
+def _rank(rank: int, world: int, port: int, shards: str, out: str, drop_last: bool,
+          collection: str | dict = COLLECTION) -> None:
     """One DDP rank: EPOCHS epochs through a persistent 1-worker DataLoader, an all-reduce per step;
     writes what it yielded to out/rank{rank}.json."""
     import torch.distributed as dist
@@ -54,7 +55,7 @@ def _rank(rank: int, world: int, port: int, shards: str, out: str, drop_last: bo
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=HANG_SECONDS))
-    batches = tpuprep.ConfigBatches(tpuprep.open_dataset(shards), COLLECTION, k=4, seed=1, rank=rank,
+    batches = tpuprep.ConfigBatches(tpuprep.open_dataset(shards), collection, k=4, seed=1, rank=rank,
                                     world_size=world, drop_last=drop_last)
     dataset = ConfigBatchDataset(batches)
     loader = DataLoader(dataset, batch_size=None, num_workers=1, persistent_workers=True)
@@ -64,16 +65,16 @@ def _rank(rank: int, world: int, port: int, shards: str, out: str, drop_last: bo
         for item in loader:
             step = torch.tensor([float(len(item["rows"]))])
             dist.all_reduce(step)  # blocks until every rank takes this step
-            seen.append([item["graph_id"], item["epoch"], item["rows"].tolist()])
+            seen.append([item["graph_id"], item["epoch"], item["rows"].tolist(), item["collection"]])
     Path(out, f"rank{rank}.json").write_text(json.dumps(seen))
     dist.destroy_process_group()
 
 
-def _run_world(world: int, shards: Path, out: Path, drop_last: bool) -> list[list]:
+def _run_world(world: int, shards: Path, out: Path, drop_last: bool, collection: str | dict = COLLECTION) -> list[list]:
     """Spawn the ranks; fail (killing them) if they do not all end within HANG_SECONDS."""
     import torch.multiprocessing as tmp
 
-    ctx = tmp.start_processes(_rank, args=(world, _free_port(), str(shards), str(out), drop_last),
+    ctx = tmp.start_processes(_rank, args=(world, _free_port(), str(shards), str(out), drop_last, collection),
                               nprocs=world, join=False, start_method="spawn")
     deadline = time.monotonic() + HANG_SECONDS
     try:
@@ -84,7 +85,8 @@ def _run_world(world: int, shards: Path, out: Path, drop_last: bool) -> list[lis
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
-    return [[tuple((g, e, tuple(r))) for g, e, r in json.loads((out / f"rank{r}.json").read_text())]
+    return [[(g, e, tuple(r)) for g, e, r, c in json.loads((out / f"rank{r}.json").read_text())
+             if c == g.rsplit(":", 1)[0]]  # every batch names its graph's collection
             for r in range(world)]
 
 
@@ -110,3 +112,39 @@ def test_a_ddp_epoch_ends_on_every_rank_and_covers_the_epoch(five_graphs, tmp_pa
         else:
             assert set(got) == set(want[epoch]) and sum(got.values()) - GRAPHS == (-GRAPHS) % world
 
+
+
+MIX = {COLLECTION: 1, "layout:nlp:random": 2}
+
+
+@pytest.fixture(scope="module")
+def mixed_graphs(tmp_path_factory) -> Path:
+    """3 layout:xla:random and 2 layout:nlp:random train graphs."""
+    from tpuprep.build import build
+
+    root = tmp_path_factory.mktemp("ddp-mix")
+    for i in range(3):
+        write(root / "npz", f"layout/xla/random/train/graph{i}.npz", layout_arrays(seed=i, c=60))
+    for i in range(2):
+        write(root / "npz", f"layout/nlp/random/train/graph{i}.npz", layout_arrays(seed=10 + i, c=60))
+    build(root / "npz", root / "shards")
+    return root / "shards"
+
+
+def test_a_ddp_epoch_of_a_mix_ends_on_every_rank_and_covers_the_mix(mixed_graphs, tmp_path):
+    """A 1 : 2 mix of 3 + 2 graphs (5 batches an epoch: 2 of xla, 3 of nlp, one nlp graph drawn twice)
+    over 3 gloo ranks: equal batches per rank, and together the one-rank epoch plus the padding."""
+    import tpuprep
+
+    single = tpuprep.ConfigBatches(tpuprep.open_dataset(mixed_graphs), MIX, k=4, seed=1)
+    want = []
+    for epoch in range(EPOCHS):
+        single.set_epoch(epoch)
+        got = [(b.graph_id, epoch, tuple(b.sample.rows.tolist())) for b in single]
+        assert Counter(g.rsplit(":", 1)[0] for g, _, _ in got) == {COLLECTION: 2, "layout:nlp:random": 3}
+        want.append(Counter(got))
+    per_rank = _run_world(3, mixed_graphs, tmp_path, False, MIX)
+    assert [len(keys) for keys in per_rank] == [EPOCHS * 2] * 3
+    for epoch in range(EPOCHS):
+        got = Counter(k for keys in per_rank for k in keys if k[1] == epoch)
+        assert set(got) == set(want[epoch]) and sum(got.values()) - 5 == 1
