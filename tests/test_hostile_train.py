@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from train_fakes import make_fake_dataset
+from train_fakes import LAYOUT, TILE, dataset_fixture, make_fake_dataset, untrained_ranker
 
 import tpuprep
 from tpuprep.cli.train import evaluate_cmd, predict_cmd, train_cmd
@@ -34,22 +34,15 @@ from tpuprep.train.predict import KAGGLE_TEST_ROWS, SubmissionError
 from tpuprep.train.ranker import BadModel, BadScores
 from tpuprep.train.trainer import TrainingDiverged
 
-LAYOUT, TILE = "layout:xla:random", "tile:xla"
-
-
-@pytest.fixture(scope="module")
-def ds():
-    return make_fake_dataset(seed=7, n_train=2, n_valid=2, n_test=2, n_unique=30, n_nodes=16)
+ds = dataset_fixture(seed=7, n_train=2, n_valid=2, n_test=2, n_unique=30, n_nodes=16)
 
 
 @pytest.fixture(scope="module")
 def models(ds, tmp_path_factory):
     """Saved layout and tile models (untrained: the refusals do not depend on training)."""
     root = tmp_path_factory.mktemp("models")
-    lay = Ranker.create(LAYOUT, ds.stats(LAYOUT), ModelConfig("layout", 8, 8, 1), 0)
-    tile = Ranker.create(TILE, ds.stats(TILE), ModelConfig("tile", 8, 8, 1), 0)
-    lay.save(root / "lay")
-    tile.save(root / "tile")
+    untrained_ranker(ds, LAYOUT).save(root / "lay")
+    untrained_ranker(ds, TILE).save(root / "tile")
     return root
 
 

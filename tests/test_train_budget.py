@@ -15,16 +15,14 @@ import types
 
 import pytest
 from click.testing import CliRunner
-from train_fakes import make_fake_dataset
+from train_fakes import dataset_fixture
 
 from tpuprep.train import Ranker, TrainConfig, budget, stream, train, trainer
 
 LAYOUT = "layout:xla:random"
 
 
-@pytest.fixture(scope="module")
-def ds():
-    return make_fake_dataset(seed=4, n_train=6, n_valid=4, n_test=1, n_unique=40, n_nodes=20)
+ds = dataset_fixture(seed=4, n_train=6, n_valid=4, n_test=1, n_unique=40, n_nodes=20)
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from train_fakes import make_fake_dataset
+from train_fakes import dataset_fixture
 
 from tpuprep.train import Ranker, TrainConfig, evaluate, train
 from tpuprep.train.model import ModelConfig
@@ -15,9 +15,7 @@ from tpuprep.train.model import ModelConfig
 LAYOUT = "layout:xla:random"
 
 
-@pytest.fixture(scope="module")
-def ds():
-    return make_fake_dataset(seed=21, n_train=6, n_valid=4, n_test=2, n_unique=80, n_nodes=30)
+ds = dataset_fixture(seed=21, n_train=6, n_valid=4, n_test=2, n_unique=80, n_nodes=30)
 
 
 def mean_valid(ds, ranker, key="tau"):

@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from train_fakes import make_fake_dataset
+from train_fakes import dataset_fixture
 
 from tpuprep.train import Ranker, TrainConfig, stream, train, trainer
 from tpuprep.train.model import ModelConfig
@@ -23,9 +23,7 @@ from tpuprep.train.model import ModelConfig
 LAYOUT, TILE = "layout:xla:random", "tile:xla"
 
 
-@pytest.fixture(scope="module")
-def ds():
-    return make_fake_dataset(seed=8, n_train=4, n_valid=2, n_test=1, n_unique=50, n_nodes=24)
+ds = dataset_fixture(seed=8, n_train=4, n_valid=2, n_test=1, n_unique=50, n_nodes=24)
 
 
 def counting_digests(monkeypatch) -> Counter:

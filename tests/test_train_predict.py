@@ -10,12 +10,11 @@ import struct
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from train_fakes import make_fake_dataset
+from train_fakes import LAYOUT, TILE, dataset_fixture, untrained_ranker
 
 import tpuprep
 from tpuprep.cli.train import evaluate_cmd, predict_cmd, train_cmd
 from tpuprep.train import (
-    Ranker,
     TrainConfig,
     evaluate,
     format_table,
@@ -28,20 +27,13 @@ from tpuprep.train import (
 )
 from tpuprep.train.evaluate import truth_path
 from tpuprep.train.metrics import expand_to_original
-from tpuprep.train.model import ModelConfig
 
-LAYOUT, TILE = "layout:xla:random", "tile:xla"
-
-
-@pytest.fixture(scope="module")
-def ds():
-    return make_fake_dataset(seed=5, n_train=3, n_valid=2, n_test=3, n_unique=40, n_nodes=20)
+ds = dataset_fixture(seed=5, n_train=3, n_valid=2, n_test=3, n_unique=40, n_nodes=20)
 
 
 @pytest.fixture(scope="module")
 def rankers(ds):
-    return [Ranker.create(LAYOUT, ds.stats(LAYOUT), ModelConfig("layout", 8, 8, 1), 0),
-            Ranker.create(TILE, ds.stats(TILE), ModelConfig("tile", 8, 8, 1), 0)]
+    return [untrained_ranker(ds, LAYOUT), untrained_ranker(ds, TILE)]
 
 
 def test_submission_rows_are_full_permutations_over_original_indices(ds, rankers, tmp_path):

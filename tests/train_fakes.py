@@ -24,6 +24,32 @@ import numpy as np
 
 from tpuprep.shards.reader import ConfigSample, sample_rows
 
+LAYOUT, TILE = "layout:xla:random", "tile:xla"
+"""The collections the trainer's tests use."""
+
+
+def dataset_fixture(**sizes):
+    """A module-scoped pytest fixture ``ds``: ``make_fake_dataset(**sizes)``, made once per test module
+    (``ds = dataset_fixture(seed=7, n_train=2, ...)`` at module level)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def ds():
+        return make_fake_dataset(**sizes)
+
+    return ds
+
+
+def untrained_ranker(ds, collection: str, seed: int = 0, hidden: int = 8):
+    """A ``Ranker`` of ``collection`` made from ``ds``'s train statistics and never trained (one layer of
+    ``hidden`` units): what refusals, file formats and index mappings are tested with."""
+    from tpuprep.tpugraphs import collection_kind
+    from tpuprep.train import Ranker
+    from tpuprep.train.model import ModelConfig
+
+    kind = collection_kind(collection)
+    return Ranker.create(collection, ds.stats(collection), ModelConfig(kind, hidden, hidden, 1), seed)
+
 POW7 = 7 ** np.arange(6, dtype=np.int64)
 
 
