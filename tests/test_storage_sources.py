@@ -430,3 +430,23 @@ def test_what_a_folder_of_tars_holds_besides_tars_is_named_by_build_and_verify(t
     assert lines[-1] == "2 graphs and 2 shards checked: all exact"
     checked = CliRunner().invoke(main, ["verify", "--src", src, "--dst", str(dst), "--json"])
     assert {s["path"]: s["reason"] for s in json.loads(checked.stdout)["skipped"]} == want
+
+
+def test_a_graph_id_held_twice_is_refused_wherever_the_two_lie(tmp_path):
+    """Graph ids are the collection and the file stem, not the split: ``train/g`` and ``valid/g`` clash
+    even with ``train/h`` between them in path order. The first by canonical path is kept, the other
+    refused naming both (issue #36: a check of neighbours in path order missed it)."""
+    from npzfactory import layout_arrays, write
+
+    root = tmp_path / "npz"
+    for rel in ("layout/xla/random/train/g.npz", "layout/xla/random/train/h.npz",
+                "layout/xla/random/valid/g.npz"):
+        write(root, rel, layout_arrays(len(rel)))
+    inputs, refused = discover(root)
+    assert [i.relpath for i in inputs] == ["layout/xla/random/train/g.npz", "layout/xla/random/train/h.npz"]
+    (clash,) = refused
+    assert clash.path.endswith("layout/xla/random/valid/g.npz")
+    assert clash.problem == ("graph id layout:xla:random:g clashes with layout/xla/random/train/g.npz; graph "
+                             "ids must be unique within a build")
+    report = build(root, tmp_path / "out")
+    assert [(q["path"], q["bytes"] > 0) for q in report.quarantined] == [("layout/xla/random/valid/g.npz", True)]
