@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -281,3 +282,26 @@ def test_file_urls_name_the_folder_they_say_in_a_run_file_and_on_the_command_lin
     assert not (tmp_path / "out3").exists()
     result = _cli("build", "--src", f"file:/{tree}", "--dst", str(tmp_path / "out4"))  # a host in --src too
     assert result.exit_code == 2 and "a file URL names no host" in result.output, result.output
+
+
+@pytest.mark.parametrize("which", ["--dst", "--src", "run-dst", "run-src"])
+def test_a_relative_file_url_is_a_usage_error_never_a_folder_of_that_name(tree, tmp_path, monkeypatch, which):
+    """Issue #36 item 4: ``build --dst file:rel_dst`` exited 0 and made a folder literally named
+    ``file:rel_dst``. A file URL names an absolute path: a relative one is refused (exit 2) before anything
+    is written, on the command line and in a run file alike (``./file:rel`` is still the folder of that
+    name); docs/spec.md §5."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tree, tmp_path / "src")
+    if which.startswith("run"):
+        run = _run_file(tmp_path, 'src = "file:src"\ndst = "out"\n' if which == "run-src"
+                        else 'src = "src"\ndst = "file:rel_dst"\n')
+        result = _cli("run", str(run), "-q")
+    else:
+        paths = {"--src": "src", "--dst": "out", which: "file:rel_dst" if which == "--dst" else "file:src"}
+        result = _cli("build", "--src", paths["--src"], "--dst", paths["--dst"], "-q")
+    assert result.exit_code == 2, result.output
+    assert "a file URL names an absolute path (file:///path/to/folder), or give the path itself" in result.output
+    assert not (tmp_path / "file:rel_dst").exists() and not (tmp_path / "out").exists()
+    result = _cli("build", "--src", "src", "--dst", "./file:rel_dst", "-q")  # the path itself: that name
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "file:rel_dst" / "manifest.json").is_file()

@@ -204,3 +204,33 @@ def test_a_local_read_never_follows_a_link_or_waits_on_a_fifo(tmp_path):
             store.read_bytes(rel)
     with pytest.raises(FileNotFoundError):
         store.read_bytes("missing")
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an fsync'ed descriptor through /proc")
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_durable_write_is_on_disk_before_it_becomes_visible(tmp_path, monkeypatch, exclusive):
+    """``durable=True`` fsyncs the finished temporary before it gets its name (a rename, or for
+    ``exclusive`` a hard link): after a power loss the name never points at a file whose bytes were not
+    yet written. The order of the calls is checked, for both kinds of write (issue #36: the fsync before
+    an exclusive durable write, the lock object's and the manifest's, could be dropped unseen)."""
+    store = resolve(tmp_path / "root")
+    store.makedirs()
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_link, real_replace = os.fsync, os.link, os.replace
+
+    def fsync(fd):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", lambda a, b, **k: calls.append(("link", str(a))) or real_link(a, b, **k))
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a))) or real_replace(a, b))
+    store.write_bytes("m.json", b"{}", durable=True, exclusive=exclusive)
+    publish = "link" if exclusive else "replace"
+    (temporary,) = {path for op, path in calls if op == publish}
+    assert Path(temporary).name.startswith(".m.json.tmp-")
+    assert [op for op, path in calls if path == temporary] == ["fsync", publish], calls
+    assert store.read_bytes("m.json") == b"{}"
+    calls.clear()
+    store.write_bytes("n.json", b"{}", exclusive=exclusive)  # not durable: no fsync asked for
+    assert not [op for op, _ in calls if op == "fsync"]

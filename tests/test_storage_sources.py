@@ -391,3 +391,62 @@ def test_a_flat_folder_in_a_bucket_builds_with_collection_and_split(bucket, tree
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["collections"]["tile:xla"]["splits"]["valid"]["graphs"] == 3
     assert [q["error"].split(";")[0] for q in manifest["quarantine"]] == ["lies in a subfolder of --src"]
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_what_a_folder_of_tars_holds_besides_tars_is_named_by_build_and_verify(tree, tmp_path, request, where):
+    """Issue #36 item 11: in a folder of tars, a ``.tar.gz``, a file named ``*.NPZ`` and a member named
+    ``*.NPZ`` are not read: each is named with why, in the build's report lines, its ``--json`` and
+    verify's report (whose "all exact" covers only what was built), locally and in a bucket."""
+    folder = tmp_path / "tars"
+    folder.mkdir()
+    train, valid = _npz(tree, "tile/xla/train"), _npz(tree, "tile/xla/valid")
+    _tar(folder / "tile.tar", tree, train[:2])
+    with tarfile.open(folder / "tile.tar", "a") as tf:  # a member in upper case, beside the two read
+        tf.add(train[2], arcname="npz/tile/xla/train/UPPER.NPZ")
+    with tarfile.open(folder / "more.tar.gz", "w:gz") as tf:
+        tf.add(valid[0], arcname="npz/tile/xla/valid/zipped.npz")
+    shutil.copy(valid[1], folder / "loose.NPZ")
+    src = str(folder) if where == "local" else _upload(request.getfixturevalue("bucket"), folder, "tars")
+    want = {"more.tar.gz": "a compressed tar archive; only uncompressed .tar archives are read in place "
+                           "(decompress it first, e.g. gunzip)",
+            "loose.NPZ": "its name ends in '.NPZ', not '.npz' (names are case-sensitive); rename it to read it",
+            "tile.tar!npz/tile/xla/train/UPPER.NPZ": "not a .npz member: its name ends in '.NPZ', not '.npz' "
+                                                     "(names are case-sensitive)"}
+    dst = tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", "--src", src, "--dst", str(dst), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["converted"] == 2 and {s["path"]: s["reason"] for s in doc["skipped"]} == want
+    result = CliRunner().invoke(main, ["build", "--src", src, "--dst", str(tmp_path / "again")])
+    assert result.exit_code == 0, result.output
+    assert "2 converted, 0 reused, 0 quarantined, 3 skipped in" in result.output
+    assert "skipped 1 (e.g. more.tar.gz): a compressed tar archive" in result.output
+    checked = CliRunner().invoke(main, ["verify", "--src", src, "--dst", str(dst)])
+    assert checked.exit_code == 0, checked.output
+    lines = checked.output.splitlines()
+    assert {line for line in lines if line.startswith("skipped 1 (e.g. ")} == {
+        f"skipped 1 (e.g. {path}): {reason}" for path, reason in want.items()}
+    assert lines[-1] == "2 graphs and 2 shards checked: all exact"
+    checked = CliRunner().invoke(main, ["verify", "--src", src, "--dst", str(dst), "--json"])
+    assert {s["path"]: s["reason"] for s in json.loads(checked.stdout)["skipped"]} == want
+
+
+def test_a_graph_id_held_twice_is_refused_wherever_the_two_lie(tmp_path):
+    """Graph ids are the collection and the file stem, not the split: ``train/g`` and ``valid/g`` clash
+    even with ``train/h`` between them in path order. The first by canonical path is kept, the other
+    refused naming both (issue #36: a check of neighbours in path order missed it)."""
+    from npzfactory import layout_arrays, write
+
+    root = tmp_path / "npz"
+    for rel in ("layout/xla/random/train/g.npz", "layout/xla/random/train/h.npz",
+                "layout/xla/random/valid/g.npz"):
+        write(root, rel, layout_arrays(len(rel)))
+    inputs, refused = discover(root)
+    assert [i.relpath for i in inputs] == ["layout/xla/random/train/g.npz", "layout/xla/random/train/h.npz"]
+    (clash,) = refused
+    assert clash.path.endswith("layout/xla/random/valid/g.npz")
+    assert clash.problem == ("graph id layout:xla:random:g clashes with layout/xla/random/train/g.npz; graph "
+                             "ids must be unique within a build")
+    report = build(root, tmp_path / "out")
+    assert [(q["path"], q["bytes"] > 0) for q in report.quarantined] == [("layout/xla/random/valid/g.npz", True)]

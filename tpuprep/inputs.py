@@ -373,7 +373,7 @@ def discover(
     ``src`` is a local folder or file, a tar archive or a folder holding tars, or a URL of any of these
     (``storage_options``: the fsspec options of its store), as a ``Source`` or as given (then
     ``resolve_source`` resolves it, with its UsageErrors). Symbolic links are never followed and no npz
-    is opened: each entry is only ``lstat``-ed (or listed), archives have their headers indexed.
+    is opened: each entry is only listed (``Store.walk``), archives have their headers indexed.
 
     Without ``collection``/``split``, each file's collection and split come from its path in a TpuGraphs
     tree, filtered by ``collections``/``splits``. With them (both, see ``check_assignment``), ``src`` is

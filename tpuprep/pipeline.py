@@ -234,20 +234,23 @@ def _path(path: Path, key: str, value: str, *, url: bool = False) -> Path | str:
         raise _fail(path, key, "must not be empty")
     if "\0" in text:
         raise _fail(path, key, f"contains a NUL byte, which no path can hold: {text!r}")
-    where = _location(text, path.parent)
+    try:
+        where = _location(text, path.parent, key)
+    except UsageError as exc:  # a file: URL naming a host or a relative path
+        raise _fail(path, key, str(exc).removeprefix(f"{key} {text}: ")) from None
     if isinstance(where, str) and not url:
         raise _fail(path, key, f"{text} looks like a URL: give a local path")
     return where
 
 
-def _location(text: str | os.PathLike, base: Path) -> Path | str:
+def _location(text: str | os.PathLike, base: Path, what: str = "path") -> Path | str:
     """A run's ``src`` or ``dst`` (from the run file or the command line), the one place the run layer
     asks ``io.storage.location`` whether it is a URL or a path: an object-store URL stays a string
     (``s3:/b``, as click's Path type squeezes ``s3://b``, gets its ``//`` back); a path, or the
     absolute path a ``file:`` URL names, is a ``Path``, a relative one resolved against ``base`` (the
     run file's folder, or the current folder for an override). ``make_request`` then resolves either
     once. ``UsageError`` for a ``file:`` URL naming a host or a relative path."""
-    where = location(text)
+    where = location(text, what)
     return where if isinstance(where, str) or where.is_absolute() else (base / where).resolve()
 
 
@@ -373,7 +376,7 @@ def override(p: Pipeline, *, src: str | Path | None = None, dst: str | Path | No
     for key, value in (("src", src), ("dst", dst)):
         if value is None:
             continue
-        changes[key] = _location(value, Path.cwd())
+        changes[key] = _location(value, Path.cwd(), f"--{key}")
         if isinstance(changes[key], Path):  # the run file's storage options belong to its URL
             changes[f"{key}_storage_options"] = {}
     if resume:

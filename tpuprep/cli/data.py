@@ -21,6 +21,7 @@ from .common import (
     log,
     open_log,
     shown,
+    skipped_lines,
     summary_table,
 )
 from .group import main
@@ -153,16 +154,22 @@ def verify(src, dst, collections, splits, collection, split, workers, sample, se
                + ("all exact" if report.ok else f"{len(report.problems)} problems"))
     for p in report.problems:
         log(f"MISMATCH {display_name(p)}")
+    notes = skipped_lines(report.skipped)  # under --src, neither built nor checked: "all exact" says nothing of them
+    for line in notes:
+        log(line)
     log(verdict)
     if as_json:
         emit_document({"ok": report.ok, "exit_code": code, "graphs_checked": report.graphs_checked,
                        "graphs_total": report.graphs_total,
                        "sample": None if sample is None else {"fraction": sample, "seed": seed},
                        "shards_checked": report.shards_checked, "problems": report.problems,
+                       "skipped": [r | {"path": display_name(r["path"])} for r in report.skipped],
                        "seconds": round(time.perf_counter() - started, 3)})
     else:
         for p in report.problems:
             click.echo(f"MISMATCH {display_name(p)}")
+        for line in notes:
+            click.echo(line)
         click.echo(verdict)
     sys.exit(code)
 

@@ -74,6 +74,15 @@ class Skipped:
     reason: str
 
 
+def _other_member(name: str, suffix: str) -> str:
+    """Why a member named ``name`` is not read: not a ``suffix`` member (a name ending in it in other
+    case, ``a.NPZ``, says so: names are case-sensitive)."""
+    if name.lower().endswith(suffix) and not name.endswith(suffix):
+        return (f"not a {suffix} member: its name ends in {name[-len(suffix):]!r}, not {suffix!r} (names are "
+                "case-sensitive)")
+    return f"not a {suffix} member"
+
+
 def member_key(name: str) -> str:
     """The file a member's name extracts to, as ``tar -x`` sees it (``./a//b.npz`` and ``a/b.npz``
     are one file): two members with one key are two versions of one file."""
@@ -150,7 +159,7 @@ def index_tar(fh: BinaryIO, display: str, archive_size: int, suffix: str = ".npz
                 continue
             if not info.name.endswith(suffix):
                 if skipped is not None:
-                    skipped.append(Skipped(where, f"not a {suffix} member"))
+                    skipped.append(Skipped(where, _other_member(info.name, suffix)))
                 continue
             problem = _refusal(info)
             if problem is None and info.offset_data + info.size > archive_size:

@@ -285,7 +285,7 @@ class RemoteStore(Store):
             if not library_error(exc):
                 raise
             if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "pre-condition" in str(exc):
-                raise FileReplaced(f"{url} was replaced after it was opened (another ETag)") from None
+                raise FileReplaced(f"{url} was replaced after it was opened: another ETag") from None
             if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "range" in str(exc).lower():
                 raise FileReplaced(f"{url} is shorter than when it was opened") from None
             raise self.failure(exc, url) from None
@@ -297,7 +297,7 @@ class RemoteStore(Store):
         except FileNotFoundError:
             raise FileReplaced(f"{self.url(rel)} no longer exists") from None
         if now != version:
-            raise FileReplaced(f"{self.url(rel)} was replaced after it was opened (another version)")
+            raise FileReplaced(f"{self.url(rel)} was replaced after it was opened: another version")
 
 
 class RemoteShardFile(ShardFile):

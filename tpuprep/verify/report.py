@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 class VerifyReport:
     """``graphs_checked`` of ``graphs_total`` converted inputs (fewer with ``sample``: the fraction
     of graphs checked against their inputs, drawn with ``seed``; None when all were), every shard
-    (``shards_checked``), and ``problems``, one line each (empty: all exact)."""
+    (``shards_checked``), and ``problems``, one line each (empty: all exact). ``skipped``: the entries
+    under ``--src`` that are neither read nor checked (``{"path", "reason"}``, as the build reports
+    them: a ``.tar.gz``, a ``*.NPZ``, another name), which "all exact" does not cover."""
 
     graphs_checked: int = 0
     shards_checked: int = 0
@@ -17,6 +19,7 @@ class VerifyReport:
     graphs_total: int = 0
     sample: float | None = None
     seed: int = 0
+    skipped: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..inputcheck import listing_problems
-from ..inputs import InputFile, discover, open_source
+from ..inputs import InputFile, discover, open_source, resolve_source
 from ..io.files import sha256_stream
 from ..shards.manifest import validate_schema
 from ..shards.reader import Dataset, open_dataset
@@ -198,7 +198,9 @@ def verify(src: str | Path, dst: str | Path, *, collections=None, splits=None,
     report = VerifyReport(sample=sample, seed=seed)
     ds = open_dataset(dst, storage_options)
     problem = validate_schema(ds.manifest, ds.manifest_path)
-    inputs, refused = discover(src, collections, splits, collection=collection, split=split)
+    source, passed_over = resolve_source(src), []
+    inputs, refused = discover(source, collections, splits, collection=collection, split=split, skipped=passed_over)
+    report.skipped = [{"path": source.relative(e.path), "reason": e.reason} for e in passed_over]
     if collection is not None and split is not None:
         collections, splits = [collection], [split]
     listed = {i["path"]: i for i in ds.manifest["inputs"]}

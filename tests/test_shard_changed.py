@@ -1,0 +1,145 @@
+"""Issue #36 items 1–2: a shard changed under an open ``Dataset`` is never read. Locally a file overwritten
+in place (``cp`` over it: the same inode; or ``rsync --inplace -t``: the mtime put back too) and on S3 an
+object replaced by another valid shard of the same size are refused on every reading path —
+``sample_configs`` (the direct page reader), ``read_configs`` with the structure's columns (pages) and
+without (the pyarrow fallback), ``iter_config_blocks``, ``load_graph`` (structure and codes),
+``graph_row``, ``config_runtimes`` and a tile sample — with the one line a rename already gets: "the
+shard folder changed after it was opened"."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from npzfactory import layout_arrays, tile_arrays, write
+from s3server import upload_folder
+
+import tpuprep
+from tpuprep.build import build
+from tpuprep.errors import BadShards
+from tpuprep.shards.reader import unique_config_columns
+
+LAYOUT, TILE = "layout:xla:random:g", "tile:xla:t"
+SEEDS = {"a": 2, "b": 9}
+"""Two layout graphs whose configs shards have the same size (found by trying seeds: the hard case, where
+a size or a footer-length check passes)."""
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    """Two builds of one layout and one tile graph with the same names and other values."""
+    root = tmp_path_factory.mktemp("changed")
+    out = {}
+    for tag, seed in SEEDS.items():
+        src = root / f"src-{tag}"
+        write(src, "layout/xla/random/train/g.npz", layout_arrays(seed=seed, n=40, c=300))
+        write(src, "tile/xla/train/t.npz", tile_arrays(seed=seed, n=8, c=20))
+        build(src, root / tag)
+        out[tag] = root / tag
+    (a,), (b,) = ((d / "layout/xla/random/configs").glob("*.parquet") for d in out.values())
+    assert a.stat().st_size == b.stat().st_size and a.read_bytes() != b.read_bytes()  # the hard case
+    return out
+
+
+def _sample(ds):
+    ds.sample_configs(LAYOUT, 1, seed=0)  # the structure's derived columns kept: the next sample reads pages only
+    return lambda: ds.sample_configs(LAYOUT, 16, seed=1)
+
+
+def _pages(ds):
+    columns = unique_config_columns(ds.load_graph(LAYOUT, configs=False))
+    return lambda: ds.read_configs(LAYOUT, [0, 3, 5], columns)
+
+
+def _with_ties(ds, read):
+    ds.load_graph(LAYOUT, configs=False)  # the tie array kept: what follows reads configs row groups only
+    return read
+
+
+READS = {
+    "sample_configs": _sample,
+    "read_configs_pages": _pages,
+    "read_configs_pyarrow": lambda ds: _with_ties(ds, lambda: ds.read_configs(LAYOUT, [0, 3, 5])),
+    "iter_config_blocks": lambda ds: _with_ties(ds, lambda: list(ds.iter_config_blocks(LAYOUT, rows_per_block=50))),
+    "load_graph": lambda ds: ds.graph_row(LAYOUT) and (lambda: ds.load_graph(LAYOUT).node_config_feat([0, 1])),
+    "graph_row": lambda ds: lambda: ds.graph_row(LAYOUT),
+    "config_runtimes": lambda ds: lambda: ds.config_runtimes(LAYOUT),
+    "tile_sample": lambda ds: lambda: ds.sample_configs(TILE, 4, seed=0),
+}
+"""Each reading path: called on an open dataset before the change, it reads what that path needs besides
+the bytes under test, and returns the read to make after the change."""
+
+
+def _opened(root: Path | str, read: str):
+    """A dataset whose shard index (every footer of the split) is read, and ``read``'s read to make."""
+    ds = tpuprep.open_dataset(root)
+    ds.num_unique_configs(LAYOUT), ds.num_unique_configs(TILE)
+    return READS[read](ds)
+
+
+def _rewrite_in_place(old: Path, new: Path, keep_times: bool) -> None:
+    """``cp new old`` (opens ``old`` with O_TRUNC: the same inode) and, with ``keep_times``, its atime and
+    mtime put back as ``rsync --inplace -t`` does."""
+    st = os.stat(old)
+    shutil.copyfile(new, old)
+    if keep_times:
+        os.utime(old, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(old).st_ino == st.st_ino
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+@pytest.mark.parametrize("how", ["cp", "rsync-inplace-t"])
+def test_a_local_shard_rewritten_in_place_is_refused(builds, tmp_path, read, how):
+    dst = tmp_path / "shards"
+    shutil.copytree(builds["a"], dst)
+    assert _opened(dst, read)() is not None  # A as it is reads
+    then = _opened(dst, read)
+    for new in sorted(builds["b"].rglob("*.parquet")):
+        _rewrite_in_place(dst / new.relative_to(builds["b"]), new, keep_times=how == "rsync-inplace-t")
+    with pytest.raises(BadShards, match=rf"^{dst}: the shard folder changed after it was opened \(.* was "
+                                        r"rewritten after it was opened\): open it again$"):
+        then()
+    shutil.copyfile(builds["b"] / "manifest.json", dst / "manifest.json")  # B whole now: opened again, it reads
+    assert _opened(dst, read)() is not None
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+def test_an_object_replaced_by_a_valid_shard_of_the_same_size_is_refused(builds, bucket, read):
+    import fsspec
+
+    url = upload_folder(builds["a"], f"{bucket}/{read}")
+    then = _opened(url, read)
+    fs, root = fsspec.core.url_to_fs(url)
+    for new in sorted(builds["b"].rglob("*.parquet")):
+        fs.pipe_file(f"{root}/{new.relative_to(builds['b']).as_posix()}", new.read_bytes())
+    fs.invalidate_cache()
+    with pytest.raises(BadShards, match=rf"^{url}: the shard folder changed after it was opened \(.*(another "
+                                        r"ETag|another version)\): open it again$"):
+        then()
+    fs.pipe_file(f"{root}/manifest.json", (builds["b"] / "manifest.json").read_bytes())
+    assert _opened(url, read)() is not None
+
+
+def test_a_sample_of_an_unchanged_folder_takes_no_extra_request(builds, bucket):
+    """The check is in the reads (If-Match), not beside them: a warm sample's requests are all GETs of
+    the pages it needs, as before the check."""
+    import s3fs
+
+    url = upload_folder(builds["a"], f"{bucket}/requests")
+    ds = tpuprep.open_dataset(url)
+    ds.sample_configs(LAYOUT, 16, seed=1)  # the structure and footers: read once
+    calls = []
+    real = s3fs.S3FileSystem._call_s3
+
+    async def counted(fs, method, *args, **kwargs):
+        calls.append((method, "IfMatch" in kwargs))
+        return await real(fs, method, *args, **kwargs)
+
+    s3fs.S3FileSystem._call_s3 = counted
+    try:
+        ds.sample_configs(LAYOUT, 16, seed=2)
+    finally:
+        s3fs.S3FileSystem._call_s3 = real
+    assert calls and all(c == ("get_object", True) for c in calls), calls
