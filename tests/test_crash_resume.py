@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from npzfactory import layout_arrays, tile_arrays, write
+from trees import reference_build, run_tpuprep, tree_bytes
 
 from tpuprep.cli import main
 
@@ -26,26 +24,11 @@ def _tree(root: Path) -> Path:
     return root
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _cli(*args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TPUPREP_CRASH_AT", None)
-    if crash:
-        env["TPUPREP_CRASH_AT"] = crash
-    code = "import sys; from tpuprep.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def src_and_clean(tmp_path_factory):
-    base = tmp_path_factory.mktemp("crash")
-    src = _tree(base / "npz")
-    clean = base / "clean"
-    assert _cli("build", "--src", str(src), "--dst", str(clean), "-q").returncode == 0
-    return src, _files(clean)
+    """(src tree, the files of a clean full build of it)."""
+    src = _tree(tmp_path_factory.mktemp("crash") / "npz")
+    return src, tree_bytes(reference_build(tmp_path_factory, src, "crash-clean"))
 
 
 # SIGKILL points: while inflating (the first files' config chunks), after some parts, after some shards,
@@ -54,17 +37,17 @@ def src_and_clean(tmp_path_factory):
 def test_sigkill_then_resume_is_byte_identical(tmp_path, src_and_clean, crash):
     src, clean = src_and_clean
     dst = tmp_path / "out"
-    killed = _cli("build", "--src", str(src), "--dst", str(dst), "-q", crash=crash)
+    killed = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "-q", crash=crash)
     assert killed.returncode == -9, killed.stderr
     assert not (dst / "manifest.json").exists()
     for shard in dst.glob("*/**/*.parquet"):  # anything under a public name is complete
         if not shard.name.startswith("."):
             pq.read_table(shard)
-    refused = _cli("build", "--src", str(src), "--dst", str(dst), "-q")
+    refused = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "-q")
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    resumed = _cli("build", "--src", str(src), "--dst", str(dst), "--resume", "-q")
+    resumed = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "--resume", "-q")
     assert resumed.returncode == 0, resumed.stderr
-    assert _files(dst) == clean
+    assert tree_bytes(dst) == clean
 
 
 def test_resume_and_overwrite_exclude_each_other(tmp_path, src_and_clean):
@@ -87,7 +70,7 @@ def test_repeat_and_parallel_builds_are_byte_identical(tmp_path, src_and_clean):
         dst = tmp_path / f"w{workers}"
         result = CliRunner().invoke(main, ["build", "--src", str(src), "--dst", str(dst), "--workers", workers, "-q"])
         assert result.exit_code == 0, result.output
-        assert _files(dst) == clean
+        assert tree_bytes(dst) == clean
 
 
 @pytest.fixture
@@ -161,7 +144,7 @@ def interrupted(tmp_path_factory, src_and_clean):
     """A default-options build killed after every part was written (only the merge was left)."""
     src, _ = src_and_clean
     dst = tmp_path_factory.mktemp("interrupted") / "out"
-    killed = _cli("build", "--src", str(src), "--dst", str(dst), "-q", crash="shard:1")
+    killed = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "-q", crash="shard:1")
     assert killed.returncode == -9, killed.stderr
     assert not (dst / "manifest.json").exists() and list((dst / ".tpuprep" / "parts").rglob("*.json"))
     return dst
@@ -182,8 +165,8 @@ def test_resume_with_changed_options_equals_a_clean_build_with_them(tmp_path, sr
     clean = tmp_path / "clean"
     built = runner.invoke(main, ["build", "--src", str(src), "--dst", str(clean), "-q", *flags])
     assert built.exit_code == 0, built.output
-    clean_new = _files(clean)
+    clean_new = tree_bytes(clean)
     # the option really changes the shards themselves (not just the manifest's record of options)
     assert {k: v for k, v in clean_new.items() if k.endswith(".parquet")} != \
         {k: v for k, v in clean_default.items() if k.endswith(".parquet")}
-    assert _files(dst) == clean_new
+    assert tree_bytes(dst) == clean_new

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import distributed
 import pytest
 from click.testing import CliRunner
+from trees import poll, reference_build, tiny_tree, tree_bytes
 
 from benchmarks.dask_cluster import stop_sessions
 from tpuprep.build import build
@@ -32,11 +33,6 @@ START_TIMEOUT = 60.0
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (hidden ones too), by relative path."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def assert_same_build(dst: Path, reference: Path) -> None:
     got, want = tree_bytes(dst), tree_bytes(reference)
     assert sorted(got) == sorted(want)
@@ -47,34 +43,16 @@ def assert_same_build(dst: Path, reference: Path) -> None:
     assert any(s["path"].endswith(".parquet") for s in manifest["shards"])
 
 
-def poll(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
-    """Wait until ``predicate()`` is truthy (and return it), failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
 @pytest.fixture(scope="module")
 def tiny_src(tmp_path_factory) -> Path:
     """The synthetic 'tiny' tree (every collection and split)."""
-    from tpuprep.synth import synthesize
-
-    root = tmp_path_factory.mktemp("dask-src")
-    synthesize(root, "tiny", 0)
-    return root / "npz"
+    return tiny_tree(tmp_path_factory, "dask-src")
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tiny_src) -> Path:
     """A local serial build of ``tiny_src`` with the default options."""
-    dst = tmp_path_factory.mktemp("dask-reference") / "shards"
-    build(tiny_src, dst)
-    return dst
+    return reference_build(tmp_path_factory, tiny_src, "dask-reference")
 
 
 @dataclass

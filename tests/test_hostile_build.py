@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from npzfactory import layout_arrays, tile_arrays, write
+from trees import reference_build, run_tpuprep, tree_bytes
 
 from tpuprep.build import build
 from tpuprep.cli import main
@@ -34,33 +35,15 @@ def _tree(root: Path) -> Path:
     return root
 
 
-def _files(root: Path) -> dict[str, bytes]:
-    """Every file under root (dot-files included) and its bytes."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def _run(*args: str):
     return CliRunner().invoke(main, list(args))
-
-
-def _cli(*args: str, crash: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TPUPREP_CRASH_AT", None)
-    if crash:
-        env["TPUPREP_CRASH_AT"] = crash
-    code = "import sys; from tpuprep.cli import main; sys.exit(main())"
-    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     """(src tree, the files of a clean full build of it)."""
-    base = tmp_path_factory.mktemp("hostile")
-    src = _tree(base / "npz")
-    dst = base / "clean"
-    assert _run("build", "--src", str(src), "--dst", str(dst), "-q").exit_code == 0
-    return src, _files(dst)
+    src = _tree(tmp_path_factory.mktemp("hostile") / "npz")
+    return src, tree_bytes(reference_build(tmp_path_factory, src, "hostile-clean"))
 
 
 @pytest.fixture
@@ -82,40 +65,40 @@ def built(tmp_path, clean) -> Path:
 
 @pytest.mark.parametrize("flags", [[], ["--resume"], ["--overwrite"], ["--dry-run"], ["--dry-run", "--resume"]])
 def test_dst_that_is_a_parent_of_src_is_refused_and_nothing_is_deleted(tree, flags):
-    before = _files(tree)
+    before = tree_bytes(tree)
     result = _run("build", "--src", str(tree / "tile" / "xla"), "--dst", str(tree), "-q", *flags)
     assert result.exit_code == 2, result.output
     assert "overlap" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert _files(tree) == before
+    assert tree_bytes(tree) == before
 
 
 @pytest.mark.parametrize("flags", [[], ["--dry-run"]])
 def test_dst_inside_src_is_refused_before_anything_is_written(tree, flags):
-    before = _files(tree)
+    before = tree_bytes(tree)
     result = _run("build", "--src", str(tree), "--dst", str(tree / "out"), "-q", *flags)
     assert result.exit_code == 2 and "overlap" in result.stderr, result.output
     assert "would convert" not in result.output
-    assert not (tree / "out").exists() and _files(tree) == before
+    assert not (tree / "out").exists() and tree_bytes(tree) == before
 
 
 def test_overlap_through_a_symbolic_link_is_refused(tree, tmp_path):
     alias = tmp_path / "alias"
     alias.symlink_to(tree)
-    before = _files(tree)
+    before = tree_bytes(tree)
     result = _run("build", "--src", str(tree / "tile" / "xla"), "--dst", str(alias), "--overwrite", "-q")
     assert result.exit_code == 2 and "overlap" in result.stderr
     result = _run("build", "--src", str(alias), "--dst", str(tree / "layout" / "out"), "-q")
     assert result.exit_code == 2 and "overlap" in result.stderr
-    assert _files(tree) == before
+    assert tree_bytes(tree) == before
 
 
 def test_run_file_with_overwrite_into_a_parent_of_src_is_refused(tree):
     run_file = tree.parent / "bad.toml"
     run_file.write_text('src = "npz/tile/xla"\ndst = "npz"\noverwrite = true\n[cluster]\ntype = "serial"\n')
-    before = _files(tree)
+    before = tree_bytes(tree)
     result = _run("run", str(run_file), "-q")
     assert result.exit_code == 2 and "overlap" in result.stderr, result.output
-    assert _files(tree) == before
+    assert tree_bytes(tree) == before
 
 
 # ------------------------------------------------------------ deleting only what tpuprep wrote
@@ -126,10 +109,10 @@ def test_a_foreign_file_inside_the_shard_folders_is_never_deleted(built, clean, 
     src, _ = clean
     precious = built / "layout" / "xla" / "notes.txt"
     precious.write_text("mine")
-    before = _files(built)
+    before = tree_bytes(built)
     result = _run("build", "--src", str(src), "--dst", str(built), flag, "-q")
     assert result.exit_code == 2 and "did not write" in result.stderr and "layout/xla/notes.txt" in result.stderr
-    assert _files(built) == before
+    assert tree_bytes(built) == before
     dry = _run("build", "--src", str(src), "--dst", str(built), flag, "--dry-run")
     assert dry.exit_code == 2 and "did not write" in dry.stderr
 
@@ -153,7 +136,7 @@ def test_overwrite_of_a_previous_build_still_replaces_it_exactly(built, clean):
         (built / "tile" / "xla" / stale).write_bytes(b"left over by tpuprep")
     result = _run("build", "--src", str(src), "--dst", str(built), "--overwrite", "-q")
     assert result.exit_code == 0, result.output
-    assert _files(built) == files
+    assert tree_bytes(built) == files
 
 
 # ----------------------------------------------------------------- 2. --resume with a narrower selection
@@ -165,19 +148,19 @@ def test_resume_with_a_narrower_selection_is_refused(built, clean, narrower):
     result = _run("build", "--src", str(src), "--dst", str(built), "--resume", "-q", *narrower)
     assert result.exit_code == 2, result.output
     assert "--resume would drop" in result.stderr and "layout:xla:random valid" in result.stderr
-    assert _files(built) == files
+    assert tree_bytes(built) == files
 
 
 def test_resume_after_a_crash_refuses_to_drop_staged_parts_and_accepts_a_wider_selection(tmp_path, clean):
     src, files = clean
     dst = tmp_path / "out"
-    killed = _cli("build", "--src", str(src), "--dst", str(dst), "--collections", "tile", "-q", crash="part:2")
+    killed = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "--collections", "tile", "-q", crash="part:2")
     assert killed.returncode == -9, killed.stderr
     result = _run("build", "--src", str(src), "--dst", str(dst), "--resume", "--collections", "layout", "-q")
     assert result.exit_code == 2 and "tile:xla train" in result.stderr
     result = _run("build", "--src", str(src), "--dst", str(dst), "--resume", "-q")
     assert result.exit_code == 0, result.output
-    assert _files(dst) == files
+    assert tree_bytes(dst) == files
 
 
 # ---------------------------------------------------------------------------- 3. one build per --dst
@@ -227,19 +210,19 @@ def test_a_second_build_into_a_busy_dst_is_refused_and_the_first_succeeds(tmp_pa
         go.write_text("go")
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
-    assert _files(dst) == files  # undisturbed, and the lock file is gone
+    assert tree_bytes(dst) == files  # undisturbed, and the lock file is gone
 
 
 def test_the_lock_of_a_killed_build_is_taken_over(tmp_path, clean):
     src, files = clean
     dst = tmp_path / "out"
-    killed = _cli("build", "--src", str(src), "--dst", str(dst), "-q", crash="part:1")
+    killed = run_tpuprep("build", "--src", str(src), "--dst", str(dst), "-q", crash="part:1")
     assert killed.returncode == -9, killed.stderr
     assert json.loads((dst / LOCK).read_text())["pid"] > 0  # left behind, but nobody holds it
     assert _run("build", "--src", str(src), "--dst", str(dst), "--resume", "--dry-run").exit_code == 0
     result = _run("build", "--src", str(src), "--dst", str(dst), "--resume", "-q")
     assert result.exit_code == 0, result.output
-    assert _files(dst) == files
+    assert tree_bytes(dst) == files
 
 
 def test_a_lone_stale_lock_does_not_make_dst_non_empty(tmp_path, clean):
@@ -249,7 +232,7 @@ def test_a_lone_stale_lock_does_not_make_dst_non_empty(tmp_path, clean):
     (dst / LOCK).write_text('{"pid": 1, "host": "gone", "started": "2020-01-01T00:00:00Z"}\n')
     result = _run("build", "--src", str(src), "--dst", str(dst), "-q")
     assert result.exit_code == 0, result.output
-    assert _files(dst) == files
+    assert tree_bytes(dst) == files
 
 
 # --------------------------------------------------------------------------------------- 4. URLs
@@ -347,7 +330,7 @@ def test_a_file_swapped_for_a_symbolic_link_after_discovery_is_not_followed(tree
 
 def test_a_fifo_named_npz_is_refused_without_hanging(tree, tmp_path):
     os.mkfifo(tree / "tile" / "xla" / "train" / "pipe.npz")
-    result = _cli("build", "--src", str(tree), "--dst", str(tmp_path / "out"), "-q", timeout=120)
+    result = run_tpuprep("build", "--src", str(tree), "--dst", str(tmp_path / "out"), "-q", timeout=120)
     assert result.returncode == 3, result.stderr
     lines = [line for line in result.stderr.splitlines() if "pipe.npz" in line]
     assert len(lines) == 1 and "FIFO" in lines[0] and "regular file" in lines[0]

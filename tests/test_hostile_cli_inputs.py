@@ -60,11 +60,15 @@ def src(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------- item 11: --scheduler-file
 
 
-def test_scheduler_file_that_is_a_fifo_is_refused_at_once(src, tmp_path):
-    fifo = tmp_path / "scheduler.json"
+@pytest.mark.parametrize(("option", "code", "says"), [("--scheduler-file", 2, "is a FIFO, not a regular file"),
+                                                     ("--log-file", 1, "ENXIO")])
+def test_a_fifo_nobody_writes_or_reads_is_one_line_not_a_hang(src, tmp_path, option, code, says):
+    """A scheduler file that is a FIFO is refused at once (usage); a log FIFO nobody reads fails to open
+    without blocking (ENXIO): one line each, nothing built."""
+    fifo = tmp_path / "named.fifo"
     os.mkfifo(fifo)
-    result = _tpuprep("build", "--src", src, "--dst", tmp_path / "out", "-q", "--scheduler-file", fifo, timeout=60)
-    _one_line(result, 2, str(fifo), "is a FIFO, not a regular file")
+    result = _tpuprep("build", "--src", src, "--dst", tmp_path / "out", "-q", option, fifo, timeout=60)
+    _one_line(result, code, str(fifo), says)
     assert not (tmp_path / "out").exists()
 
 
@@ -114,14 +118,6 @@ def test_log_file_on_a_full_device_is_one_line(src, tmp_path, command):
     result = _tpuprep(*args, "-q", "--log-file", "/dev/full")
     _one_line(result, 1, "/dev/full: No space left on device (ENOSPC)")
     assert "Traceback" not in result.stderr
-
-
-def test_log_file_that_is_a_fifo_nobody_reads_is_one_line_not_a_hang(src, tmp_path):
-    fifo = tmp_path / "log.fifo"
-    os.mkfifo(fifo)
-    result = _tpuprep("build", "--src", src, "--dst", tmp_path / "out", "-q", "--log-file", fifo, timeout=60)
-    _one_line(result, 1, str(fifo), "ENXIO")
-    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from npzfactory import layout_arrays, tile_arrays, write
+from trees import poll, tree_bytes
 
 from tpuprep.cli import main
 
@@ -40,29 +41,6 @@ CLI = "import sys; from tpuprep.cli import main; sys.exit(main())"
 
 
 # ----------------------------------------------------------------------------------------- helpers
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (hidden ones too), by relative path."""
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
-
-
-def poll(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02
-) -> object:
-    """Wait until ``predicate()`` is truthy (and return it), failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def one_error_line(stderr: str) -> str:
@@ -325,18 +303,8 @@ def test_dask_build_that_loses_its_cluster_ends_with_one_line(tmp_path, src, cle
     ``--resume`` then finishes it byte-identically."""
     dst = tmp_path / "shards"
     with dask_cluster(tmp_path / "cluster") as cluster:
-        proc = Cli(
-            tmp_path,
-            "build",
-            "--src",
-            str(src),
-            "--dst",
-            str(dst),
-            "-q",
-            "--scheduler",
-            cluster.address,
-            TPUPREP_DASK_TIMEOUT="2",
-        )
+        proc = Cli(tmp_path, "build", "--src", str(src), "--dst", str(dst), "-q", "--scheduler",
+                   cluster.address, TPUPREP_DASK_TIMEOUT="2")
         try:
             poll(
                 lambda: first_part_done(dst) or proc.poll() is not None,
@@ -540,18 +508,8 @@ def test_interrupt_stops_a_pool_build_cleanly_and_resume_finishes_it(tmp_path, s
     terminal): one line, exit 1, no process left, and ``--resume`` finishes the build."""
     pytest.importorskip("psutil")
     dst = tmp_path / "out"
-    proc = Cli(
-        tmp_path,
-        "build",
-        "--src",
-        str(src),
-        "--dst",
-        str(dst),
-        "-q",
-        "--workers",
-        "2",
-        session=how == "SIGINT",
-    )
+    proc = Cli(tmp_path, "build", "--src", str(src), "--dst", str(dst), "-q", "--workers", "2",
+               session=how == "SIGINT")
     kids: list = []
     try:
         poll(

@@ -122,6 +122,15 @@ def problems_of(src: Path, root: Path, collection: str = GRAPH) -> list[str]:
     return verify(src, root, collections=[collection]).problems
 
 
+def refused_by_reader_and_verify(shards: Path, src: Path, gid: str, reader_says: str, verify_says: str) -> None:
+    """``load_graph(gid)`` of the tampered ``shards`` is one ``BadShards`` matching ``reader_says``, and
+    ``verify`` against ``src`` reports a problem holding ``verify_says``."""
+    with pytest.raises(BadShards, match=reader_says):
+        tpuprep.open_dataset(shards).load_graph(gid)
+    assert any(verify_says in p for p in problems_of(src, shards))
+
+
+
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``tpuprep ...`` in a subprocess of this interpreter (a hang fails the test instead of the suite)."""
     repo = str(Path(__file__).resolve().parent.parent)
@@ -373,9 +382,7 @@ def test_missing_configs_rows_are_badshards_not_fewer_configs(shards, src):
     gid = first_graph(shards)
     _, shard = shard_of(shards, gid, "configs")
     rewrite_shard(shards, shard, lambda t: t.slice(1))
-    with pytest.raises(BadShards, match=r"cannot be read back: .*num_unique_configs"):
-        tpuprep.open_dataset(shards).load_graph(gid)
-    assert any("not config_id 0.." in p for p in problems_of(src, shards))
+    refused_by_reader_and_verify(shards, src, gid, r"cannot be read back: .*num_unique_configs", "not config_id 0..")
 
 
 def test_a_shard_holding_another_table_is_badshards(shards, tmp_path):
@@ -404,18 +411,14 @@ def test_a_shard_whose_columns_differ_from_the_schema_is_badshards(shards, src):
         i = t.schema.get_field_index("num_edges")
         return t.set_column(i, pa.field("num_edges", pa.int64(), nullable=False), t.column(i).cast(pa.int64()))
     rewrite_shard(shards, shard, widen)
-    with pytest.raises(BadShards, match=r"column num_edges is int64 not null, the layout_graphs schema says int32"):
-        tpuprep.open_dataset(shards).load_graph(gid)
-    assert any("column num_edges is int64" in p for p in problems_of(src, shards))
+    refused_by_reader_and_verify(shards, src, gid, r"column num_edges is int64 not null, the layout_graphs schema says int32", "column num_edges is int64")
 
 
 def test_a_second_graphs_row_of_a_graph_is_badshards(shards, src):
     gid = first_graph(shards)
     _, shard = shard_of(shards, gid, "graphs")
     rewrite_shard(shards, shard, lambda t: pa.concat_tables([t, t.filter(pc.equal(t.column("graph_id"), gid))]))
-    with pytest.raises(BadShards, match=rf"a second graphs row of '{gid}'"):
-        tpuprep.open_dataset(shards).load_graph(gid)
-    assert any(f"{gid} has more than one graphs row" in p for p in problems_of(src, shards))
+    refused_by_reader_and_verify(shards, src, gid, rf"a second graphs row of '{gid}'", f"{gid} has more than one graphs row")
 
 
 # --------------------------------------------------------------------------- (11) page checksums

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from trees import tree_bytes
 
 from tpuprep.build import build
 from tpuprep.cli import main
@@ -25,10 +26,6 @@ from tpuprep.pipeline import (
 REPO = Path(__file__).resolve().parent.parent
 PIPELINES = REPO / "pipelines"
 RUN_FILES = sorted(PIPELINES.glob("*.toml"))
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from trees import reference_build, tiny_tree, tree_bytes
 
 from benchmarks.dask_cluster import stop_sessions
 from tpuprep.build import build
@@ -38,10 +39,6 @@ def objects(url: str) -> dict[str, bytes]:
     return {rel: store.read_bytes(rel) for rel in store.listing()}
 
 
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*TPUPREP, *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {})})
@@ -49,19 +46,13 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def tiny_src(tmp_path_factory) -> Path:
-    from tpuprep.synth import synthesize
-
-    root = tmp_path_factory.mktemp("s3w-src")
-    synthesize(root, "tiny", 0, collections=["tile:xla", "layout:xla:random", "layout:nlp:default"])
-    return root / "npz"
+    return tiny_tree(tmp_path_factory, "s3w-src", ["tile:xla", "layout:xla:random", "layout:nlp:default"])
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, tiny_src) -> Path:
     """A local serial build of ``tiny_src``."""
-    dst = tmp_path_factory.mktemp("s3w-ref") / "shards"
-    build(tiny_src, dst)
-    return dst
+    return reference_build(tmp_path_factory, tiny_src, "s3w-ref")
 
 
 # ------------------------------------------------------------------------------------- guarantees
