@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import signal
@@ -178,6 +179,41 @@ def _end_session() -> OSError | None:
     return error
 
 
+class _Notes(logging.Handler):
+    """Shows the notes tpuprep's modules log for people (level INFO on the ``tpuprep`` loggers: a first
+    compile of the kernels, ``kernels.jit``) as one line: ``say(line)``, else on stderr (not with
+    ``quiet``) and in the log file."""
+
+    def __init__(self, quiet: bool, say: Callable[[str], None] | None):
+        super().__init__(logging.INFO)
+        self.quiet, self.say = quiet, say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = display_name(record.getMessage())
+        if self.say is not None:
+            self.say(text)
+            return
+        log(text)
+        if not self.quiet:
+            click.echo(text, err=True)
+
+
+@contextmanager
+def notes(quiet: bool = False, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """While a command runs: say what tpuprep logs for people (``_Notes``; ``say``: a build's
+    ``Progress.note``, which steps off its progress bar), e.g. that this process is compiling the
+    kernels, which makes a first run on a machine take longer. Never on stdout (``--json``)."""
+    logger = logging.getLogger("tpuprep")
+    handler, level = _Notes(quiet, say), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 class Progress:
     """Follows a build's (or verify's) events on stderr (silent with -q).
 
@@ -270,6 +306,14 @@ class Progress:
         log(text)
         with self.lock:
             click.echo(text, err=True)
+
+    def note(self, text: str) -> None:
+        """One line for people (``notes``): in the log file, and on stderr unless quiet, off the bar's line."""
+        log(text)
+        if not self.quiet:
+            lead = "\n" if self.bar else ""  # step off the progress bar's line
+            with self.lock:
+                click.echo(f"{lead}{text}", err=True)
 
     def _bad(self, r: dict) -> None:
         self.bad += 1
