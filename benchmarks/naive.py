@@ -42,8 +42,14 @@ def prune(edges: np.ndarray, n: int, ids: np.ndarray, hops: int = 1) -> tuple[np
     return np.flatnonzero(dist >= 0), emask
 
 
-def repad(feat: np.ndarray, opcode: np.ndarray) -> np.ndarray:
-    feat = feat.copy()
+# opcode -> entries of its HLO ``dimensions`` (node_feat cols 31-36): 1, "rank" (its own), or unknown (None)
+DIMENSION_ENTRIES = {22: 1, 43: 1, 44: 1, 48: 1, 93: 1, 104: 1, 111: 1, 112: 1, 56: "rank", 98: "rank",
+                     0: None, 6: None, 76: None, 97: None, 101: None}
+
+
+def repad(feat: np.ndarray, opcode: np.ndarray, edges: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """The kept rows of a whole graph's features, re-padded (ranks and operands from the whole graph)."""
+    n = len(feat)
     dims = feat[:, 21:27]
     nz = dims != 0
     r_dims = np.where(nz.any(1), 6 - np.argmax(nz[:, ::-1], axis=1), 0)
@@ -51,13 +57,28 @@ def repad(feat: np.ndarray, opcode: np.ndarray) -> np.ndarray:
     r = np.maximum(r_dims, r_perm)
     r[(~nz.any(1)) & (feat[:, 28] == 1)] = 0
     r[feat[:, 18] == 1] = 0
+    users, used = np.unique(edges, axis=0).T if len(edges) else (np.empty(0, int), np.empty(0, int))
+    top = np.full(n, -1)
+    np.maximum.at(top, users, r[used])  # the largest rank among a node's operands
+    op = opcode.astype(int)
+    entries = np.zeros(n, int)  # -1: unknown
+    for code, e in DIMENSION_ENTRIES.items():
+        entries[op == code] = -1 if e is None else (r[op == code] if e == "rank" else e)
+    entries[op > 120] = -1
+    entries = np.where(op == 13, np.where(np.bincount(users, minlength=n) == 1, top, -1), entries)
+    entries = np.where(op == 70, np.where((feat[:, 18] != 1) & (top >= r), top - r, -1), entries)
+    out, e, rk = feat[kept].copy(), np.minimum(entries, 6)[kept], r[kept]
     cols = np.arange(6)
-    feat[:, 134:140][cols[None, :] >= r[:, None]] = -1
-    s = np.where(opcode == 26, np.maximum(r - 2, 0), 0)
+    given = out[:, 31:37]
+    short = cols[None, :] >= e[:, None]
+    fits = ~((~short & (given < 0)) | (short & (given != 0) & (given != -1))).any(1)
+    given[(e >= 0)[:, None] & fits[:, None] & short] = -1
+    out[:, 134:140][cols[None, :] >= rk[:, None]] = -1
+    s = np.where(opcode[kept] == 26, np.maximum(rk - 2, 0), 0)
     spatial = np.arange(4)[None, :] >= s[:, None]
-    feat[:, 95:99][spatial] = -1
-    feat[:, 101:105][spatial] = -1
-    return feat
+    out[:, 95:99][spatial] = -1
+    out[:, 101:105][spatial] = -1
+    return out
 
 
 def first_occurrence_unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,7 +132,7 @@ def convert(path: Path) -> tuple[dict, dict]:
                     best[inv[i]] = i
             runtime = rt[best]
             extra["normalizer"] = norm[best]
-    graph = {"graph_id": gid, "node_index": kept.astype(np.int32), "node_feat": repad(feat[kept], op[kept]),
+    graph = {"graph_id": gid, "node_index": kept.astype(np.int32), "node_feat": repad(feat, op, edges, kept),
              "edge_index": new[edges[emask]].astype(np.int32), "config_inverse": inv.astype(np.int32),
              **graph_extra}
     configs = {"graph_id": gid, "runtime": runtime, "group_size": np.bincount(inv, minlength=u).astype(np.int32),

@@ -335,3 +335,14 @@ def test_quality_benchmark_exports_a_revisions_package_and_schemas(tmp_path):
     root = export_revision(tmp_path / "w", "HEAD", repo)
     assert (root / "tpuprep" / "__init__.py").read_text() == "VERSION = 'then'\n"
     assert (root / "tpuprep" / "schemas" / "x.json").read_text() == "{}"
+
+
+def test_first_minute_benchmark_times_a_cold_and_a_warm_build(synth_root, tmp_path):
+    """``benchmarks.first_minute``: a build with an empty Numba cache, then with the one it filled."""
+    out = tmp_path / "f.json"
+    proc = run_module("benchmarks.first_minute", "--work", str(tmp_path / "w"), "--steps", "build",
+                      "--corpus", str(synth_root / "npz"), "--workers", "1", "--repeat", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    build = json.loads(out.read_text())["build"]
+    assert build["cold"]["cpu_s"] > build["warm"]["cpu_s"] > 0  # the cold run compiled the kernels
+    assert build["cold / warm"]["cpu_s"] > 1 and "cold/warm" in proc.stdout

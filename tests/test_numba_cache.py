@@ -3,6 +3,7 @@ sources, and that an unwritable cache location never breaks an import."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -76,3 +77,133 @@ def test_cache_can_be_turned_off_and_numba_cache_dir_is_honoured(tmp_path):
     cached, where = _probe(tmp_path, NUMBA_CACHE_DIR=str(mine))
     assert (cached, Path(where)) == ("True", mine)
     assert list(mine.rglob("*.nbi"))
+
+
+# ---------------------------------------------------------------- the first minute (issue #37 item 7)
+
+WARM = """
+import sys
+from numba.core import event
+from tpuprep import kernels
+from tpuprep.kernels import jit
+from tpuprep.build import build
+from tpuprep.options import BuildOptions
+
+assert not any(jit.is_cached(k) for k in kernels.build_kernels())
+kernels.warm()
+assert [len(k.signatures) for k in kernels.build_kernels()] == [1] * 7
+assert all(jit.is_cached(k) for k in kernels.build_kernels())
+compiled = []
+
+class Compiles(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Compiles())
+src, dst = sys.argv[1], sys.argv[2]
+build(src, dst + "/a")
+build(src, dst + "/b", BuildOptions(prune=False, dedup=False))
+assert compiled == [], compiled
+assert [len(k.signatures) for k in kernels.build_kernels()] == [1] * 7
+"""
+
+AGAIN = """
+from tpuprep.kernels import build_kernels, jit
+from tpuprep.runners.worker import compile_if_missing
+assert all(jit.is_cached(k) for k in build_kernels())
+assert not compile_if_missing()  # nothing compiled, nothing loaded
+assert [len(k.signatures) for k in build_kernels()] == [0] * 7
+"""
+
+
+def _python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "TPUPREP_NUMBA_CACHE")}
+    return subprocess.run([sys.executable, "-c", code, *args], env={**environ, **env}, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_warm_compiles_each_build_kernel_once_and_builds_need_no_other(tmp_path, synth_root):
+    """``kernels.warm`` compiles the seven kernels a build calls, one signature each (every array a kernel
+    reads is passed read-only, ``jit.frozen``), and builds of layout and tile graphs of every split, pruned
+    or not, deduplicated or not, compile nothing more; the next process finds them in the cache's index."""
+    cache = str(tmp_path / "cache")
+    proc = _python(WARM, str(synth_root / "npz"), str(tmp_path), NUMBA_CACHE_DIR=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _python(AGAIN, NUMBA_CACHE_DIR=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_is_cached_says_no_when_it_cannot_tell():
+    assert jit.is_cached(object()) is False
+
+
+def _saved(stdout: str) -> list[str]:
+    """The cache data files Numba wrote (``NUMBA_DEBUG_CACHE``): one per compiled signature and process."""
+    return re.findall(r"\[cache\] data saved to '([^']+)'", stdout)
+
+
+def test_a_first_build_says_it_compiles_once_and_its_workers_compile_nothing(tmp_path, synth_root):
+    """Cold cache, 2 worker processes: one line on stderr and in the log file (not on the --json stdout)
+    while the parent compiles the kernels, once; the workers load them (no data file written twice).
+    Warm cache: no line, nothing compiled."""
+    cache = tmp_path / "cache"
+    cmd = ["-c", "import sys; from tpuprep.cli import main; sys.exit(main())", "build", "--src", str(synth_root / "npz"), "--workers", "2", "--json"]
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "TPUPREP_NUMBA_CACHE")}
+    env |= {"NUMBA_CACHE_DIR": str(cache)}
+    log = tmp_path / "build.log"
+    cold = subprocess.run([sys.executable, *cmd, "--dst", str(tmp_path / "a"), "--log-file", str(log)],
+                          env=env | {"NUMBA_DEBUG_CACHE": "1"}, capture_output=True, text=True, timeout=600)
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    message = f"compiling tpuprep's kernels once (cached in {cache} for later runs) ..."
+    assert cold.stderr.count(message) == 1 and message not in cold.stdout
+    assert json.loads(cold.stdout.splitlines()[-1])["status"] == "ok"
+    assert log.read_text().count(message) == 1
+    saved = _saved(cold.stdout)
+    assert len(saved) >= 7 and len(set(saved)) == len(saved)  # each kernel compiled by one process only
+    warm = subprocess.run([sys.executable, *cmd, "--dst", str(tmp_path / "b")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    assert message not in warm.stderr and json.loads(warm.stdout)["status"] == "ok"
+
+
+def test_a_first_serial_build_compiles_what_it_calls_and_says_so_quietly_in_the_log(tmp_path, synth_root):
+    """One process, cold cache, -q: the kernels compile on first use, only those the tile graphs need (no
+    layout kernel), and the line goes to the log file only."""
+    cache, log = tmp_path / "cache", tmp_path / "build.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "TPUPREP_NUMBA_CACHE")}
+    proc = subprocess.run([sys.executable, "-c", "import sys; from tpuprep.cli import main; sys.exit(main())",
+                           "build", "--src", str(synth_root / "npz" / "tile"), "--dst", str(tmp_path / "s"), "-q",
+                           "--log-file", str(log)], env=env | {"NUMBA_CACHE_DIR": str(cache), "NUMBA_DEBUG_CACHE": "1"},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    message = f"compiling tpuprep's kernels once (cached in {cache} for later runs) ..."
+    assert message not in proc.stderr and log.read_text().count(message) == 1
+    compiled = {Path(p).name.split("-")[0] for p in _saved(proc.stdout)}
+    assert {"dedup._add_rows", "repad._repad"} <= compiled  # cache files are named <module>.<function>-...
+    assert not any(name.startswith(("tied.", "prune.")) for name in compiled), compiled
+
+
+def test_commands_show_tpuprep_notes_on_stderr_and_in_the_log(tmp_path, capsys):
+    """``cli.common.notes``: what ``tpuprep.kernels`` logs for people goes to stderr (not with -q) and to
+    the log file while a command runs; outside a command, nothing is printed (a library stays silent)."""
+    import logging
+
+    from tpuprep.cli import common
+
+    logger = logging.getLogger(jit.LOGGER)
+    common.open_log(tmp_path / "run.log")
+    try:
+        with common.notes():
+            logger.info("note shown")
+        with common.notes(quiet=True):
+            logger.info("note logged only")
+        logger.info("note outside a command")
+    finally:
+        common._end_session()
+    out, err = capsys.readouterr()
+    assert out == "" and err == "note shown\n"
+    assert [line.split(" ", 1)[1] for line in (tmp_path / "run.log").read_text().splitlines()] == [
+        "note shown", "note logged only"]

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from .common import Progress, comma_list, json_errors, log, open_log, report_build, shown
+from .common import Progress, comma_list, json_errors, log, notes, open_log, report_build, shown
 from .group import main
 from .outputs import check_output
 
@@ -31,13 +31,14 @@ def _run_build(src, dst, *, hops, no_prune, no_repad, no_dedup, folds, collectio
                            cluster=cluster_of_flags(workers, scheduler, scheduler_file))
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
-    runner = None if dry_run else open_runner(request.cluster, quiet=True, converter=True)
-    try:
-        report = build(request, runner=runner, progress=progress)
-    finally:
-        progress.close()
-        if runner is not None:
-            runner.close()
+    with notes(quiet, progress.note):
+        runner = None if dry_run else open_runner(request.cluster, quiet=True, converter=True)
+        try:
+            report = build(request, runner=runner, progress=progress)
+        finally:
+            progress.close()
+            if runner is not None:
+                runner.close()
     return report_build(report, dry_run=dry_run, quiet=quiet, started=started, dst=dst, as_json=as_json)
 
 

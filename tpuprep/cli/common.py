@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import signal
@@ -174,6 +175,41 @@ def _end_session() -> OSError | None:
     return error
 
 
+class _Notes(logging.Handler):
+    """Shows the notes tpuprep's modules log for people (level INFO on the ``tpuprep`` loggers: a first
+    compile of the kernels, ``kernels.jit``) as one line: ``say(line)``, else on stderr (not with
+    ``quiet``) and in the log file."""
+
+    def __init__(self, quiet: bool, say: Callable[[str], None] | None):
+        super().__init__(logging.INFO)
+        self.quiet, self.say = quiet, say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = display_name(record.getMessage())
+        if self.say is not None:
+            self.say(text)
+            return
+        log(text)
+        if not self.quiet:
+            click.echo(text, err=True)
+
+
+@contextmanager
+def notes(quiet: bool = False, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """While a command runs: say what tpuprep logs for people (``_Notes``; ``say``: a build's
+    ``Progress.note``, which steps off its progress bar), e.g. that this process is compiling the
+    kernels, which makes a first run on a machine take longer. Never on stdout (``--json``)."""
+    logger = logging.getLogger("tpuprep")
+    handler, level = _Notes(quiet, say), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 class Progress:
     """Follows a build's (or verify's) events on stderr (silent with -q).
 
@@ -219,7 +255,7 @@ class Progress:
                 self._echo(f"{'reused' if info.get('reused') else 'ok'}  {display_name(info['path'])}")
             if not info.get("reused"):  # a reused file's warnings were said by the build that converted it
                 for warning in info.get("warnings") or ():
-                    self._warn(display_name(f"warning: {info['path']}: {warning}"))
+                    self.note(display_name(f"warning: {info['path']}: {warning}"))
             if self.bar:
                 self.bar.update(1)
 
@@ -270,12 +306,13 @@ class Progress:
         with self.lock:
             click.echo(text, err=True)
 
-    def _warn(self, text: str) -> None:
-        """A converted input's warning (an unknown member ignored): in the log, and on stderr unless -q."""
+    def note(self, text: str) -> None:
+        """One line for people (``notes``): in the log file, and on stderr unless quiet, off the bar's line."""
         log(text)
         if not self.quiet:
+            lead = "\n" if self.bar else ""  # step off the progress bar's line
             with self.lock:
-                click.echo(("\n" if self.bar else "") + text, err=True)
+                click.echo(f"{lead}{text}", err=True)
 
     def _bad(self, r: dict) -> None:
         self.bad += 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_OK, Progress, log, open_log, report_build
+from .common import EXIT_OK, Progress, log, notes, open_log, report_build
 from .group import main
 from .outputs import check_output
 
@@ -58,7 +58,8 @@ def run_cmd(pipeline: Path, src, dst, workers, scheduler, scheduler_file, resume
     progress = Progress(quiet, verbose)
     started = time.perf_counter()
     try:
-        report = run_pipeline(p, progress=progress, quiet_dask=True, converter=True)
+        with notes(quiet, progress.note):
+            report = run_pipeline(p, progress=progress, quiet_dask=True, converter=True)
     finally:
         progress.close()
     if not quiet:

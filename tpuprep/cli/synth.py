@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .common import EXIT_FATAL, FiniteFloatRange, comma_list, format_table, summary_table
+from .common import EXIT_FATAL, FiniteFloatRange, comma_list, format_table, notes, summary_table
 from .group import main
 from .outputs import check_output
 
@@ -107,11 +107,12 @@ def demo(keep, workers) -> None:
         click.echo(f"    done in {time.perf_counter() - t0:.1f} s")
         click.echo(f"2/3 building shards into {root / 'shards'} with {workers} worker(s) ...")
         t0 = time.perf_counter()
-        runner = make_runner(workers)
-        try:
-            report = run_build(root / "synth" / "npz", root / "shards", runner=runner, overwrite=True)
-        finally:
-            runner.close()
+        with notes():
+            runner = make_runner(workers)
+            try:
+                report = run_build(root / "synth" / "npz", root / "shards", runner=runner, overwrite=True)
+            finally:
+                runner.close()
         click.echo(f"    done in {time.perf_counter() - t0:.1f} s\n")
         click.echo(summary_table(report.manifest))
         click.echo("\n3/3 verifying that the shards reconstruct every input exactly ...")

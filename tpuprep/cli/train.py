@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import FatalError, UsageError
-from .common import FiniteFloatRange, LazyChoice
+from .common import FiniteFloatRange, LazyChoice, notes
 from .group import main
 from .outputs import check_output
 
@@ -173,7 +173,7 @@ def train_cmd(shards: str, collection: str, out: str, epochs: int | None, seed: 
                       batches_per_graph=batches_per_graph,
                       time_budget=time_budget, holdout_fold=holdout_fold, validate=validate,
                       valid_every=valid_every, threads=threads or None, cache_graphs=cache_graphs)
-    with refusals():
+    with refusals(), notes(quiet):
         train(ds, collection, cfg, out=out, log=None if quiet else sys.stderr)
 
 
@@ -203,7 +203,7 @@ def evaluate_cmd(shards: str, models: tuple[str, ...], split: str, truth: str | 
     _check_output(out_dir, "--out", [("--truth", truth), *_model_inputs(models)])
     ds = _open(shards)
     rankers = _load_models(models)
-    with refusals():
+    with refusals(), notes(quiet):
         result = evaluate(ds, rankers, split=split, truth=truth, baseline=baseline,
                           max_graphs=max_graphs, log=None if quiet else sys.stderr,
                           threads=threads or None, max_configs=max_configs)
@@ -245,7 +245,7 @@ def predict_cmd(shards: str | None, split: str, out: str, models: tuple[str, ...
     ds = _open(shards) if shards is not None else None
     if not check_only:
         rankers = _load_models(models)
-        with refusals():
+        with refusals(), notes():
             n = write_submission(ds, rankers, out, split=split, threads=threads or None)
         click.echo(f"wrote {n} rows to {out}", err=True)
     if check or kaggle or check_only:

@@ -16,6 +16,7 @@ __all__ = [
     "PrunedGraph",
     "Repadded",
     "TiedCodes",
+    "build_kernels",
     "decode_base7",
     "dedup_rows",
     "encode_base7",
@@ -33,32 +34,27 @@ __all__ = [
 ]
 
 
+def build_kernels() -> tuple:
+    """The kernels ``warm`` compiles (those a build calls; the kernels they call are compiled with them)."""
+    from . import dedup, prune, repad, tied
+
+    return (prune.hop_distance, prune._select, repad._repad, tied._pack_rows, tied._add_configs,
+            tied._gather_planes, dedup._add_rows)
+
+
 def warm() -> None:
-    """Run every kernel once on tiny inputs (compiles, or loads from the disk cache)."""
+    """Compile (or load from the disk cache) the kernels a build runs, each for the one signature it
+    uses: what ``convert.convert_file`` calls on a layout graph streamed from an npz (read-only float32
+    chunks) and on a tile graph. Other kernels (reading, training, float64 inputs) compile on first use;
+    ``tests/test_numba_cache.py`` checks that a build after ``warm`` compiles nothing more."""
     import numpy as np
 
     edges = np.array([[1, 0], [2, 1]], np.int64)
-    prune_graph(edges, 3, np.array([1], np.int64), 1)
-    repad_node_feat(np.zeros((2, 140), np.float32), np.array([26, 0], np.uint8), edges[:1])
-    codes = pack_chunk(np.full((2, 1, 18), -1, np.float32))
-    # chunks streamed from a member are read-only views of the inflated bytes (a type of their own)
-    pack_chunk(np.frombuffer(np.full(18, -1, np.float32).tobytes(), np.float32).reshape(1, 1, 18))
-    pack_chunk(np.full((1, 1, 18), -1, np.float64))
-    dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64))
-    dedup_rows(codes.reshape(2, -1))
-    dedup_rows(codes.reshape(2, -1), np.array([2, 1], np.int64), np.array([1, 1], np.int64))
-    for values in (np.full((2, 2, 18), -1, np.float32), np.full((2, 2, 18), -1, np.float64)):
-        for dedup in (True, False):
-            layout = LayoutCollector(2, 2, with_runtime=dedup, dedup=dedup)
-            layout.add(values[:1], np.array([2], np.int64) if dedup else None)
-            layout.add(values[1:], np.array([1], np.int64) if dedup else None)
-            tied = layout.finish().codes
-            tied.stored()
-            tied.stored_planes()
-    stored = split_planes(codes.reshape(2, -1))
-    join_planes(stored)
-    join_planes(np.frombuffer(stored.tobytes(), np.uint8).reshape(stored.shape))  # as read from a shard
-    join_columns(np.frombuffer(stored.tobytes(), np.uint8).reshape(stored.shape), np.zeros(2, np.int64))
-    # a streamed chunk: a read-only view of the inflated bytes
-    chunk = np.frombuffer(np.full(36, -1, np.float32).tobytes(), np.float32).reshape(1, 2, 18)
-    LayoutCollector(1, 2, with_runtime=False).add(chunk)
+    kept = prune_graph(edges, 3, np.array([1], np.int64), 1)
+    repad_node_feat(np.zeros((3, 140), np.float32), np.zeros(3, np.uint8), edges, kept.node_index)
+    layout = LayoutCollector(2, 1, with_runtime=True)
+    layout.add(np.full((2, 1, 18), -1, np.float32), np.array([2, 1], np.int64))
+    layout.finish().codes.stored_planes()
+    tile = Deduplicator(2, 24, with_runtime=True, with_normalizer=True)
+    tile.add(float_keys(np.zeros((2, 24), np.float32)), np.array([2, 1], np.int64), np.array([1, 1], np.int64))
+    tile.finish()

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .jit import kernel
+from .jit import frozen, kernel
 
 _EMPTY = -1
 
@@ -199,7 +199,7 @@ class Deduplicator:
         if self.with_normalizer and nz.shape != (k,):
             raise ValueError(f"normalizer must have shape ({k},), got {nz.shape}")
         _add_rows(
-            keys, self._next_row, rt, nz, self.with_runtime, self.with_normalizer,
+            frozen(keys), self._next_row, frozen(rt), frozen(nz), self.with_runtime, self.with_normalizer,
             self._table, self._hashes, self._unique, self._state, self._inverse,
             self._group_size, self._first_index, self._best_index, self._runtime, self._normalizer,
         )

@@ -9,6 +9,10 @@ which keeps a read-only install working; ``NUMBA_CACHE_DIR`` overrides it as Num
 cached function only against the file that defines it, so a kernel that calls (and inlines) a kernel of
 another module would otherwise keep running the callee's old code after that module changed, e.g. in an
 editable install after a ``git pull`` (found when ``base7.pack_valid`` changed under ``tied._pack_rows``).
+
+A process that compiles a kernel (a cache miss, not a load) logs ``compiling_message`` once, on the
+``tpuprep.kernels`` logger: the first run on a machine takes longer, and the commands say why
+(``cli.common.notes``). ``frozen`` gives each kernel one signature; ``is_cached`` reads the cache's index.
 """
 
 from __future__ import annotations
@@ -56,9 +60,65 @@ def _configure_cache_dir() -> bool:
 
 CACHE = _configure_cache_dir()
 
+import logging  # noqa: E402
+
 import numba  # noqa: E402  (must follow the environment set-up above)
+import numpy as np  # noqa: E402
+from numba.core import event  # noqa: E402
+
+LOGGER = __package__
+"""``tpuprep.kernels``: the logger ``compiling_message`` goes to (level INFO). ``tpuprep``'s commands show
+it on stderr and in their ``--log-file`` (``cli.common.notes``); a library caller sees it if it
+configures logging."""
+
+
+def compiling_message() -> str:
+    """What a process says when it starts compiling tpuprep's kernels (where they will be cached)."""
+    where = os.environ.get("NUMBA_CACHE_DIR") if CACHE else None
+    if where is None:
+        return "compiling tpuprep's kernels (their disk cache is off or not writable: every run compiles them) ..."
+    home = os.path.expanduser("~")
+    shown = "~" + where[len(home):] if home != "~" and where.startswith(home + os.sep) else where
+    return f"compiling tpuprep's kernels once (cached in {shown} for later runs) ..."
+
+
+class _FirstCompile(event.Listener):
+    """Logs ``compiling_message`` when this process first compiles a tpuprep kernel: Numba sends
+    "numba:compile" only for a signature it compiles, not for one it loads from the disk cache."""
+
+    said = False
+
+    def on_start(self, ev: event.Event) -> None:
+        if not self.said and ev.data["dispatcher"].py_func.__module__.startswith("tpuprep."):
+            type(self).said = True
+            logging.getLogger(LOGGER).info(compiling_message())
+
+    def on_end(self, ev: event.Event) -> None:
+        pass
+
+
+event.register("numba:compile", _FirstCompile())
 
 
 def kernel(fn):
     """Decorate a nopython kernel: cached on disk, releases the GIL, no fastmath (results are exact)."""
     return numba.njit(cache=CACHE, nogil=True)(fn)
+
+
+def is_cached(dispatcher) -> bool:
+    """Whether the disk cache holds compiled code of ``dispatcher`` (a ``@kernel``) for today's source:
+    read from Numba's cache index of the function, without loading any code (a private part of Numba,
+    hence False whenever it cannot tell: the caller then compiles, which is always correct)."""
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
+    except Exception:  # any change of Numba's internals means "cannot tell"
+        return False
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``. Numba compiles a kernel once per argument type, and a writable array
+    is another type than a read-only one (a view of inflated bytes): the wrappers pass every array a
+    kernel only reads as ``frozen``, so each kernel has one signature, the one ``kernels.warm`` compiles."""
+    view = a.view()
+    view.flags.writeable = False
+    return view

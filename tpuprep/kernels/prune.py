@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .jit import kernel
+from .jit import frozen, kernel
 
 
 class PrunedGraph(NamedTuple):
@@ -120,8 +120,8 @@ def prune_graph(
     """
     if hops < 0:
         raise ValueError(f"hops must be >= 0, got {hops}")
-    edge_index = np.ascontiguousarray(edge_index, dtype=np.int64).reshape(-1, 2)
-    config_ids = np.ascontiguousarray(node_config_ids, dtype=np.int64)
+    edge_index = frozen(np.ascontiguousarray(edge_index, dtype=np.int64).reshape(-1, 2))
+    config_ids = frozen(np.ascontiguousarray(node_config_ids, dtype=np.int64))
     dist = hop_distance(edge_index, int(num_nodes), config_ids, int(hops))
     node_index, edges, new_config_ids = _select(edge_index, dist, config_ids, max(hops - 1, 0))
     return PrunedGraph(node_index, edges, new_config_ids)

@@ -43,7 +43,7 @@ from ..tpugraphs import (
     OPCODES_RANK_DIMENSIONS,
     OPCODES_UNDECIDED_DIMENSIONS,
 )
-from .jit import kernel
+from .jit import frozen, kernel
 
 COL_DIMENSIONS = 31
 """node_feat cols 31..36: the HLO ``dimensions`` attribute."""
@@ -197,5 +197,6 @@ def repad_node_feat(node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: 
     out = np.empty((len(rows), feat.shape[1]), np.float32)
     anomalous = np.empty(len(rows), np.bool_)
     undecided = np.empty(len(rows), np.bool_)
-    _repad(feat, opcode, edges, rows, DIMENSIONS_KIND, out, anomalous, undecided)
+    _repad(frozen(feat), frozen(opcode), frozen(edges), frozen(rows), frozen(DIMENSIONS_KIND), out, anomalous,
+           undecided)
     return Repadded(out, anomalous, undecided)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .base7 import SLOTS, ConfigValueError, all_valid, first_invalid, pack_valid
 from .dedup import _hash_row
-from .jit import kernel
+from .jit import frozen, kernel
 from .planes import PLANES, split_row
 
 _EMPTY = -1
@@ -338,7 +338,7 @@ class LayoutCollector:
             raise ValueError(f"runtime must have shape ({k},), got {rt.shape}")
         if values.dtype.kind == "f" and values.dtype.itemsize not in (4, 8):
             values = values.astype(np.float32 if values.dtype.itemsize < 4 else np.float64)
-        flat = np.ascontiguousarray(values).reshape(k, nc * SLOTS)
+        flat = frozen(np.ascontiguousarray(values).reshape(k, nc * SLOTS))
         if self._codes.size < k * nc * 3:
             self._codes = np.empty(k * nc * 3, np.int32)
             self._hashes = np.empty(k, np.uint64)
@@ -353,7 +353,7 @@ class LayoutCollector:
         if differs.any():
             self._split(codes.reshape(k, nc, 3), np.flatnonzero(differs))
         _add_configs(
-            codes, hashes, self._next_row, rt, self.with_runtime, self.dedup, self._first,
+            codes, hashes, self._next_row, frozen(rt), self.with_runtime, self.dedup, self._first,
             len(self._snaps) - 1, self._snap_array(), self._table, self._row_hash, self._store, self._state,
             self._row_offset, self._row_snap, self._inverse, self._group_size, self._first_index,
             self._best_index, self._runtime,

@@ -80,5 +80,5 @@ def make_runner(workers: int = 1, scheduler: str | None = None, scheduler_file: 
     if converter:
         from . import worker
 
-        worker.as_converter()  # this process converts the files itself
+        worker.as_converter()  # this process converts the files itself (kernels compile on first use)
     return SerialRunner()

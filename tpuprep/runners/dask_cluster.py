@@ -46,7 +46,7 @@ from distributed import WorkerPlugin
 
 from ..errors import FatalError, UsageError
 from .timeouts import timeout_problem
-from .worker import warm_worker
+from .worker import compile_if_missing, warm_worker
 
 PLUGIN_NAME = "tpuprep-worker"
 LIBRARIES = ("numpy", "numba", "pyarrow")
@@ -372,6 +372,7 @@ class DaskRunner:
         self._workerless_since: float | None = None
         self.address = address
         if client is None and local_workers:
+            compile_if_missing()  # its workers share this machine's kernel cache: compile once, here
             self._cluster = LocalCluster(n_workers=local_workers, threads_per_worker=1, processes=True,
                                          dashboard_address=":0")
             client = Client(self._cluster, set_as_default=False)

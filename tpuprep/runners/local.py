@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from .worker import warm_worker
+from .worker import compile_if_missing, warm_worker
 
 PARENT_POLL_SECONDS = 0.2
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -135,7 +135,8 @@ def _lost(fut: cf.Future) -> bool:
 
 
 class ProcessRunner:
-    """A pool of ``workers`` local processes (spawned, thread-capped, kernels warmed).
+    """A pool of ``workers`` local processes (spawned, thread-capped, kernels warmed: compiled here first,
+    when the disk cache does not have them yet, then loaded by each worker).
 
     When a worker process dies (killed, out of memory), ``concurrent.futures`` fails every pending
     future with ``BrokenProcessPool``. The runner then starts a fresh pool and resubmits the tasks
@@ -156,6 +157,8 @@ class ProcessRunner:
         self._closed = False
         self._inflight: set[cf.Future] = set()
         self._retired: list[threading.Thread] = []  # manager threads of pools replaced after a death
+        if kernels:
+            compile_if_missing()  # once here, not in every worker at the same time
         self._pool = self._new_pool()
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:

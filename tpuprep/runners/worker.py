@@ -1,4 +1,5 @@
-"""Setting up a worker process: thread caps, malloc tuning, Numba kernels loaded once.
+"""Setting up a worker process: thread caps, malloc tuning, Numba kernels loaded once (and compiled
+once, by the process that starts local workers: ``compile_if_missing``).
 
 Used by the local process pool (as its initializer) and by the Dask worker plugin, so a worker of
 either kind converts its first file at full speed.
@@ -57,15 +58,34 @@ def tune_malloc() -> bool:
     return bool(mallopt(m_mmap_threshold, MMAP_THRESHOLD)) and bool(mallopt(m_trim_threshold, TRIM_THRESHOLD))
 
 
-def as_converter() -> None:
+def as_converter(kernels: bool = False) -> None:
     """Set up this process to convert many files: tune malloc, keep layout store buffers between
-    graphs (``kernels.keep_spare_store``) and freeze the heap (``_freeze_heap``). Workers do it; so
-    does the CLI's serial path (a library caller's process is left alone)."""
-    from ..kernels import keep_spare_store
+    graphs (``kernels.keep_spare_store``), load the build's Numba kernels (``kernels``: ``kernels.warm``,
+    before the first file, so a first compile is announced before any progress) and freeze the heap
+    (``_freeze_heap``). Workers do it; so does the CLI's serial path (a library caller's process is
+    left alone)."""
+    from .. import kernels as kernel_module
 
     tune_malloc()
-    keep_spare_store()
+    kernel_module.keep_spare_store()
+    if kernels:
+        kernel_module.warm()
     _freeze_heap()
+
+
+def compile_if_missing() -> bool:
+    """When the disk cache lacks some of the build's kernels, compile them in this process now (≈ 5 s of
+    CPU; ``kernels.jit`` announces it), before worker processes start on this machine: they then load
+    them (≈ 0.4 s each) instead of each compiling all of them at the same time. When the cache has them
+    all (read from its index, nothing loaded) or kernels are not cached at all, nothing. True when it
+    compiled. (A process that converts the files itself needs none of this: its kernels compile on
+    first use, only those it calls.)"""
+    from ..kernels import build_kernels, jit, warm
+
+    if not jit.CACHE or all(jit.is_cached(k) for k in build_kernels()):
+        return False
+    warm()
+    return True
 
 
 def _freeze_heap() -> None:
@@ -76,13 +96,8 @@ def _freeze_heap() -> None:
 
 
 def warm_worker(threads: int = 1, kernels: bool = True) -> None:
-    """Cap threads, set up a converter (``as_converter``) and load every Numba kernel once, so no task
-    pays a compile or cache load (``kernels=False``: not the kernels, for tasks that use none, such
+    """Cap threads and set up a converter (``as_converter``) with the build's Numba kernels loaded, so no
+    task pays a compile or cache load (``kernels=False``: not the kernels, for tasks that use none, such
     as ``verify``'s: ≈ 0.25 s of CPU per worker)."""
     cap_threads(threads)
-    as_converter()
-    if kernels:
-        from ..kernels import warm
-
-        warm()
-    _freeze_heap()
+    as_converter(kernels)
