@@ -36,8 +36,8 @@ def test_readme_stands_alone():
     every repository file the README names exists."""
     text = (REPO / "README.md").read_text()
     assert "../" not in text and "SPEC.md" not in text
-    named = set(re.findall(r"`((?:docs|schemas|pipelines|benchmarks|tpuprep|tests)/[\w./-]+\.(?:md|json|py))`",
-                           text))
+    path = r"((?:docs|schemas|pipelines|benchmarks|tpuprep|tests)/[\w./-]+\.(?:md|json|py))"
+    named = set(re.findall(f"`{path}`", text)) | set(re.findall(rf"\]\({path}(?:#[\w-]*)?\)", text))
     assert "docs/readers.md" in named and "docs/schema.md" in named
     missing = sorted(p for p in named if not (REPO / p).exists())
     assert not missing, f"README.md names files that do not exist: {missing}"
