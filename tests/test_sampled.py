@@ -60,7 +60,7 @@ def test_an_intact_shard_samples_the_same_on_both_paths(shards, monkeypatch):
     ds = tpuprep.open_dataset(shards)
     c_u = ds.num_unique_configs(gid)
     rows = np.random.default_rng(0).permutation(c_u)[: min(c_u, 20)]
-    direct = ds.read_configs(gid, rows, ds._derived_columns(gid))
+    direct = ds.read_configs(gid, rows, ds.configs.derived.get(gid).columns)
     monkeypatch.setattr(pages, "sample_codes", lambda *a, **k: None)
     fallback = tpuprep.open_dataset(shards).read_configs(gid, rows)
     assert np.array_equal(direct.node_config_feat, fallback.node_config_feat)
