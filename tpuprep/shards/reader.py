@@ -151,18 +151,20 @@ class Dataset:
         """
         return self.configs.sample(graph_id, k, seed)
 
-    def read_configs(self, graph_id: str, rows: np.ndarray | list[int],
-                     columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
+    def read_configs(self, graph_id: str, rows: np.ndarray | list[int], columns: object = None) -> ConfigSample:
         """The unique configs ``rows`` ((k,) ints in 0..c_u-1, any order; a row may repeat) of a graph,
         decoded, in the order given: a ``ConfigSample`` whose ``rows`` is ``rows`` as int64. Reads what
-        ``sample_configs`` reads for the same rows (layout: only their ≤ 64-config row groups).
-        ``columns`` (layout): the graph's ``unique_config_columns(structure)``, kept by the caller; then
-        only ``config_id`` and ``codes`` are read and the small per-config fields are taken from it
-        (what ``ConfigBatches`` and ``sample_configs`` do: ~3× fewer column chunks to read per
-        sample). Without it every stored column of those row groups is read (what ``verify`` checks).
-        ``IndexError`` for a row out of range, ``KeyError`` for an unknown graph, ``TypeError`` /
-        ``ValueError`` naming ``rows`` or ``columns`` when they are not integers / that graph's columns."""
-        return self.configs.read(graph_id, rows, columns)
+        ``sample_configs`` reads for the same rows (layout: the ``config_id`` and ``codes`` chunks of
+        their ≤ 64-config row groups; the small per-config fields come from the graph's structure,
+        derived once and kept). ``IndexError`` for a row out of range, ``KeyError`` for an unknown
+        graph, ``TypeError`` / ``ValueError`` naming ``rows`` when they are not integers.
+
+        ``columns`` is deprecated and ignored (a ``DeprecationWarning``): it took the caller's
+        ``unique_config_columns``, which the dataset now derives and keeps itself. A value that is not
+        such columns is still refused (``TypeError`` / ``ValueError`` naming ``columns``)."""
+        if columns is not None:
+            self.configs.deprecated_columns(graph_id, columns)
+        return self.configs.read(graph_id, rows)
 
     def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
                            rows: np.ndarray | list[int] | None = None) -> Iterator[ConfigSample]:

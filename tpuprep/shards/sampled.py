@@ -3,15 +3,16 @@ unique configs of a graph, decoded: ``Dataset.sample_configs`` / ``read_configs`
 of a graph, a block at a time: ``iter_config_blocks``), ``count`` (``num_unique_configs``) and ``runtimes``
 (``config_runtimes``).
 
-Layout: only the row groups (≤ 64 configs each) holding the rows asked for are read; a sample reads of
-them only the ``config_id`` and ``codes`` column chunks — directly by ``pages.py`` where it handles them,
-else with pyarrow —: the small per-config fields come from the graph's structure, derived once and kept
-in the dataset's one ``DerivedCache`` (with the graph's tie array), which this part owns. Tile: the
-graph's configs rows (small). A sampled read, step by step: ``docs/architecture.md``, "Reading shards".
+Layout: only the row groups (≤ 64 configs each) holding the rows asked for are read, and of them only the
+``config_id`` and ``codes`` column chunks — directly by ``pages.py`` where it handles them, else with
+pyarrow —; the small per-config fields come from the graph's structure, derived once and kept in the
+dataset's one ``DerivedCache`` (with the graph's tie array), which this part owns. Tile: the graph's
+configs rows (small). A sampled read, step by step: ``docs/architecture.md``, "Reading shards".
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,8 +35,6 @@ class _RowOutOfRange(Exception):
     """A row ``read`` was asked for is not one of the graph's unique configs."""
 
 
-_LAYOUT_COLUMNS = ["config_id", "runtime", "runtime_spread", "group_size", "first_index", "codes"]
-"""The configs columns a layout read without derived columns reads."""
 _TILE_COLUMNS = ["graph_id", "config_id", "runtime", "runtime_spread", "group_size", "first_index", "normalizer",
                  "config_feat"]
 """The configs columns a tile sample reads."""
@@ -55,14 +54,11 @@ class ConfigReader:
         """``Dataset.sample_configs``: the rows ``sample_rows(c_u, k, seed)``, decoded."""
         self.index.place(graph_id)
         k, seed = arguments.count("k", k), arguments.seed(seed)
-        return self._configs(graph_id, lambda count: sample_rows(count, k, seed), derive=True)
+        return self._configs(graph_id, lambda count: sample_rows(count, k, seed))
 
-    def read(self, graph_id: str, rows: np.ndarray | list[int],
-             columns: dict[str, np.ndarray | None] | None = None) -> ConfigSample:
-        """``Dataset.read_configs``: the unique configs ``rows`` (any order, repeats allowed), decoded;
-        ``columns``: the graph's ``unique_config_columns`` (layout; then only codes are read)."""
-        if self.index.place(graph_id).kind == "layout":
-            columns = arguments.config_columns(columns, self.count(graph_id))
+    def read(self, graph_id: str, rows: np.ndarray | list[int]) -> ConfigSample:
+        """``Dataset.read_configs``: the unique configs ``rows`` (any order, repeats allowed), decoded."""
+        self.index.place(graph_id)
         wanted = arguments.rows(rows)
 
         def check(count: int) -> np.ndarray:
@@ -72,9 +68,18 @@ class ConfigReader:
             return wanted
 
         try:
-            return self._configs(graph_id, check, columns)
+            return self._configs(graph_id, check)
         except _RowOutOfRange as exc:
             raise IndexError(str(exc)) from None
+
+    def deprecated_columns(self, graph_id: str, columns: object) -> None:
+        """What is left of ``read_configs(..., columns=)``: a wrong argument is still refused as before
+        (``TypeError`` / ``ValueError`` naming ``columns``), then a ``DeprecationWarning``; the columns are
+        not used (this part derives and keeps them, ``derived``)."""
+        if self.index.place(graph_id).kind == "layout":
+            arguments.config_columns(columns, self.count(graph_id))
+        warnings.warn("read_configs(columns=) is deprecated and ignored: the Dataset derives a layout graph's "
+                      "per-config columns from its structure once and keeps them", DeprecationWarning, stacklevel=3)
 
     def count(self, graph_id: str) -> int:
         """``Dataset.num_unique_configs``: layout from the configs shards' footers (nothing decoded), tile
@@ -148,18 +153,13 @@ class ConfigReader:
             yield want[first:]
 
     # -- the read itself ------------------------------------------------------------------------
-    def _configs(self, graph_id: str, choose: Callable[[int], np.ndarray],
-                 columns: dict[str, np.ndarray | None] | None = None, derive: bool = False) -> ConfigSample:
+    def _configs(self, graph_id: str, choose: Callable[[int], np.ndarray]) -> ConfigSample:
         """The configs ``choose(c_u)`` ((k,) int64 rows) of a graph, decoded; anything the shards hold
-        wrongly is ``BadShards`` naming them. ``derive``: a layout graph's per-config columns come from
-        ``derived`` when ``columns`` is None (else they are read from the shards)."""
+        wrongly is ``BadShards`` naming them."""
         groups, starts = self.index.plan(graph_id)
         try:
             if self.index.place(graph_id).kind == "layout":
-                rows = choose(int(starts[-1]))
-                tie, derived = self.derived.get(graph_id)
-                return self._layout(graph_id, groups, starts, rows, tie, derived if columns is None and derive
-                                    else columns)
+                return self._layout(graph_id, groups, starts, choose(int(starts[-1])))
             return self._tile(graph_id, groups, choose)
         except (KeyError, ValueError, TypeError, IndexError, pa.ArrowException) as exc:
             if isinstance(exc, BadShards):
@@ -167,46 +167,42 @@ class ConfigReader:
             where = ", ".join(sorted({str(p) for p, _ in groups}))
             raise BadShards(f"{where}: configs of {graph_id!r} cannot be sampled: {one_line(exc)}") from None
 
-    def _layout(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray, rows: np.ndarray,
-                tie: np.ndarray, columns: dict[str, np.ndarray | None] | None) -> ConfigSample:
+    def _layout(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray,
+                rows: np.ndarray) -> ConfigSample:
         """The configs ``rows`` of a layout graph whose row groups are ``groups`` with first config_ids
-        ``starts`` (``GraphIndex.plan``): only the row groups holding a row are read; with ``columns``
-        ``config_id`` and ``codes`` only (the other fields are the columns' rows), else every column."""
+        ``starts`` (``GraphIndex.plan``): only the row groups holding a row are read, ``config_id`` and
+        ``codes`` only; the other fields are the rows of the graph's derived columns."""
+        tie, columns = self.derived.get(graph_id)
         nt = int(tie.max()) + 1 if len(tie) else 0
-        direct = None if columns is None or not len(rows) else pages.sample_codes(
+        direct = None if not len(rows) else pages.sample_codes(
             groups, starts, rows, 12 * nt, lambda path, rgs: self.files.codes_chunks(path, rgs, graph_id),
             self.files.fetcher)
         if direct is not None:  # the codes pages read directly (pages.py); else pyarrow reads the row groups
             stored = join_planes(direct).reshape(len(rows), nt, 3)
-            fields = {}
         else:
-            stored, fields = self._pyarrow_codes(graph_id, groups, starts, rows, nt, columns is None)
-        if columns is not None:
-            runtime, spread = columns["runtime"], columns["runtime_spread"]
-            fields = {"graph_id": graph_id, "rows": rows, "group_size": columns["group_size"][rows],
-                      "first_index": columns["first_index"][rows],
-                      "config_runtime": None if runtime is None else runtime[rows],
-                      "config_runtime_spread": None if spread is None else spread[rows]}
+            stored = self._pyarrow_codes(graph_id, groups, starts, rows, nt)
+        runtime, spread = columns["runtime"], columns["runtime_spread"]
         return ConfigSample(
-            **fields,
+            graph_id=graph_id, rows=rows, group_size=columns["group_size"][rows],
+            first_index=columns["first_index"][rows],
+            config_runtime=None if runtime is None else runtime[rows],
+            config_runtime_spread=None if spread is None else spread[rows],
             # decode the stored columns, then spread them over the tied nodes (nt ≤ nc: less to decode)
             node_config_feat=expand_tied(decode_base7(stored), tie) if len(rows) else
             np.zeros((0, len(tie), 18), np.int8),
         )
 
     def _pyarrow_codes(self, graph_id: str, groups: list[tuple[Path, int]], starts: np.ndarray, rows: np.ndarray,
-                       nt: int, every: bool) -> tuple[np.ndarray, dict]:
-        """(the stored codes (k, nt, 3) int32 of ``rows``, their other ``ConfigSample`` fields if ``every``)
-        read with pyarrow (``config_id`` and ``codes`` of the row groups holding them, or ``every``
-        column), each row checked to hold the config asked for."""
+                       nt: int) -> np.ndarray:
+        """The stored codes (k, nt, 3) int32 of ``rows`` read with pyarrow (``config_id`` and ``codes`` of
+        the row groups holding them), each row checked to hold the config asked for."""
         sizes = np.diff(starts)
         where = np.searchsorted(starts, rows, side="right") - 1
         needed = np.unique(where) if len(rows) else np.zeros(1, np.int64)  # k = 0: one group, no rows
         pieces, offsets = [], {}
         for path in dict.fromkeys(groups[i][0] for i in needed):
             mine = [int(i) for i in needed if groups[i][0] == path]
-            t = self.files.read_sampled(path, [groups[i][1] for i in mine], graph_id,
-                                        _LAYOUT_COLUMNS if every else ["config_id", "codes"])
+            t = self.files.read_sampled(path, [groups[i][1] for i in mine], graph_id, ["config_id", "codes"])
             at = sum(p.num_rows for p in pieces)
             for i in mine:
                 offsets[i] = at
@@ -219,11 +215,9 @@ class ConfigReader:
             bad = int(np.flatnonzero(ids != rows)[0])
             raise BadShards(f"{groups[int(where[bad])][0]}: row group {groups[int(where[bad])][1]} holds "
                             f"config_id {int(ids[bad])} where config {int(rows[bad])} of {graph_id!r} belongs")
-        taken = table.take(pa.array(pos))
-        fields = sample_fields(graph_id, rows, table, taken) if every else {}
         if not len(rows):
-            return np.zeros((0, 0, 3), np.int32), fields
-        return codes_rows(taken.column("codes"), len(rows), nt=nt), fields
+            return np.zeros((0, 0, 3), np.int32)
+        return codes_rows(table.take(pa.array(pos)).column("codes"), len(rows), nt=nt)
 
     def _tile(self, graph_id: str, groups: list[tuple[Path, int]], choose: Callable[[int], np.ndarray]) -> ConfigSample:
         """The configs ``choose(c_u)`` of a tile graph: its configs rows (its row groups, shared with other
