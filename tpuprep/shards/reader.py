@@ -212,7 +212,7 @@ class Dataset:
         here in *polars'* spelling (``{"aws_endpoint_url": ..., "aws_region": ...}``, see
         ``polars.scan_parquet``); the fsspec ``storage_options`` of ``open_dataset`` are not
         translated. Locally ``storage_options`` is ignored."""
-        return scans.scan(self, table, collection, split, storage_options)
+        return scans.scan(self.files, self.manifest, table, collection, split, storage_options)
 
     def counts(self, collection: str) -> dict[str, dict[str, int]]:
         """Per split of ``collection``, its counts recounted from the shards themselves (not taken from
@@ -222,7 +222,7 @@ class Dataset:
         scalars, int; the last one only when the shards have it, schema >= 3.3) and ``bytes_out`` (the
         bytes of the split's shard files on disk). One ``scan`` aggregated per split: polars reads only
         those int columns of the ``graphs`` shards, never the features."""
-        return scans.counts(self, collection)
+        return scans.counts(self.files, self.manifest, collection)
 
     # -- shard files: files (shard_files.py) -------------------------------------------------------
     def shard_path(self, i: int) -> Path | str:

@@ -1,46 +1,24 @@
 """Table scans of a dataset: ``scan`` (a lazy polars frame over the ``graphs`` or ``configs`` shards of a
-collection) and ``counts`` (per split, its counts recounted from the shards): functions of an open
-``reader.Dataset``, through its public API (``Dataset.scan`` and ``Dataset.counts`` say what they give).
+collection) and ``counts`` (per split, its counts recounted from the shards): functions of a dataset's
+shard files (its ``ShardSet``) and manifest (``Dataset.scan`` and ``Dataset.counts`` say what they give).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from ..errors import BadShards
-from ..io.store import Store
 from ..tpugraphs import collection_kind
 from .manifest import COUNT_FIELDS
 from .parquet import check_shard_schema
 from .schema import table_name
+from .shard_files import ShardSet
 
 if TYPE_CHECKING:
     import polars as pl
 
 
-class Dataset(Protocol):
-    """What ``scan`` and ``counts`` use of a ``reader.Dataset`` (its public API; the reader imports this
-    module, so this module does not import it)."""
-
-    manifest: dict
-    root: Path | str
-    manifest_path: Path | str
-    store: Store
-    collections: list[str]
-
-    def splits(self, collection: str) -> list[str]: ...
-
-    def shard_path(self, i: int) -> Path | str: ...
-
-    def shard_size(self, i: int) -> int: ...
-
-    def open_shard(self, path: Path | str) -> pq.ParquetFile: ...
-
-
-def scan(ds: Dataset, table: str, collection: str, split: str | None = None,
+def scan(files: ShardSet, manifest: dict, table: str, collection: str, split: str | None = None,
          storage_options: dict | None = None) -> pl.LazyFrame:
     """``Dataset.scan``: a lazy polars frame over the ``table`` shards of ``collection`` (one split or all)
     plus a ``split`` column, each shard's schema checked first."""
@@ -48,23 +26,23 @@ def scan(ds: Dataset, table: str, collection: str, split: str | None = None,
 
     if table not in ("graphs", "configs"):
         raise ValueError(f"table must be 'graphs' or 'configs', not {table!r}")
-    if collection not in ds.manifest["collections"]:
-        raise KeyError(f"no collection {collection!r} in {ds.root} (it has {', '.join(ds.collections)})")
-    splits = ds.splits(collection)
+    if collection not in manifest["collections"]:
+        raise KeyError(f"no collection {collection!r} in {files.root} (it has {', '.join(manifest['collections'])})")
+    splits = list(manifest["collections"][collection]["splits"])
     if split is not None and split not in splits:
-        raise KeyError(f"{collection} has no {split!r} split in {ds.root} (it has {', '.join(splits)})")
+        raise KeyError(f"{collection} has no {split!r} split in {files.root} (it has {', '.join(splits)})")
     name = table_name(collection_kind(collection), table)
     frames = []
     for s in splits if split is None else [split]:
-        paths = [ds.shard_path(i) for i, e in enumerate(ds.manifest["shards"])
+        paths = [files.path(i) for i, e in enumerate(files.entries)
                  if e["collection"] == collection and e["split"] == s and e["table"] == name]
         for path in paths:
-            check_shard_schema(ds.open_shard(path), path, name)
+            check_shard_schema(files.open(path), path, name)
         if paths:
-            options = ds.store.polars_options(storage_options)
+            options = files.store.polars_options(storage_options)
             frames.append(pl.scan_parquet([str(p) for p in paths], **options).with_columns(split=pl.lit(s)))
     if not frames:
-        raise BadShards(f"{ds.manifest_path}: lists no {table} shards of {collection}")
+        raise BadShards(f"{files.manifest_path}: lists no {table} shards of {collection}")
     return pl.concat(frames) if len(frames) > 1 else frames[0]
 
 
@@ -76,12 +54,12 @@ _SUMS = {"configs": "num_configs", "unique_configs": "num_unique_configs",
 """The manifest's count fields → the ``graphs`` column whose sum they are."""
 
 
-def counts(ds: Dataset, collection: str) -> dict[str, dict[str, int]]:
+def counts(files: ShardSet, manifest: dict, collection: str) -> dict[str, dict[str, int]]:
     """``Dataset.counts``: per split of ``collection``, its counts recounted from the shards (one ``scan``
     of the ``graphs`` shards aggregated per split) and the bytes of its shard files."""
     import polars as pl
 
-    frames = scan(ds, "graphs", collection)
+    frames = scan(files, manifest, "graphs", collection)
     held = set(frames.collect_schema().names())
     sums = {k: c for k, c in _SUMS.items() if c in held}
     frame = (frames
@@ -90,9 +68,9 @@ def counts(ds: Dataset, collection: str) -> dict[str, dict[str, int]]:
              .collect())
     rows = {r["split"]: r for r in frame.iter_rows(named=True)}
     out: dict[str, dict[str, int]] = {}
-    for split in ds.splits(collection):
+    for split in manifest["collections"][collection]["splits"]:
         row = rows.get(split, {"graphs": 0} | dict.fromkeys(sums, 0))
-        on_disk = sum(ds.shard_size(i) for i, e in enumerate(ds.manifest["shards"])
+        on_disk = sum(files.size(i) for i, e in enumerate(files.entries)
                       if e["collection"] == collection and e["split"] == split)
         out[split] = {k: on_disk if k == "bytes_out" else int(row[k]) for k in COUNT_FIELDS
                       if k in sums or k in ("graphs", "bytes_out")}
