@@ -111,10 +111,18 @@ def _spy_columns(monkeypatch) -> list:
     return seen
 
 
-def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
+def test_config_runtimes_read_no_codes(ds, monkeypatch):
+    """Layout: the runtimes derived from the structure (the dataset's derived cache), no configs row group
+    read; tile: only the runtime column (with graph_id and config_id) of its configs rows."""
     seen = _spy_columns(monkeypatch)
-    ds.config_runtimes(ds.graph_ids(LAYOUT, "train")[0])
-    assert seen and all(c is not None and "codes" not in c for c in seen)
+    fresh = tpuprep.open_dataset(ds.root)
+    fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])
+    assert seen == [] and len(fresh.configs.derived) == 1
+    r = fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])
+    r[0] += 1  # a fresh array of the caller's, not the cache's
+    assert r[0] == fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])[0] + 1
+    fresh.config_runtimes(fresh.graph_ids("tile:xla", "train")[0])
+    assert seen == [["graph_id", "config_id", "runtime"]]
 
 
 @pytest.mark.parametrize("collection", ["layout:xla:random", "layout:nlp:default"])

@@ -189,8 +189,10 @@ class Dataset:
 
     def config_runtimes(self, graph_id: str) -> np.ndarray | None:
         """(c_u,) int64 runtimes in ns of every unique config of a graph (row r is config_id r, the
-        ``load_graph`` numbering), None on the test split: only the ``config_id`` and ``runtime``
-        columns of the graph's configs row groups are read (what sampling strategies need)."""
+        ``load_graph`` numbering; a fresh array), None on the test split: what sampling strategies
+        need, no codes read. Layout: derived from the graph's structure (each duplicate group's smallest
+        runtime, the stored column by the dedup rule) and kept with its other derived columns, no
+        configs row group read; tile: the ``runtime`` column of its configs rows."""
         return self.configs.runtimes(graph_id)
 
     # -- tables: scans.py -------------------------------------------------------------------------

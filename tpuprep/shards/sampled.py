@@ -25,7 +25,7 @@ from ..kernels.planes import join_planes
 from . import arguments, pages, parquet
 from .derived import DERIVED_BYTES, DerivedCache, expand_tied, sample_rows
 from .loads import GraphLoader
-from .parquet import check_graph_groups, codes_rows, flat
+from .parquet import codes_rows, flat
 from .records import ConfigSample, flat_or_none, sample_fields, taken_column
 from .shard_files import ShardSet
 from .shard_index import GraphIndex
@@ -89,20 +89,20 @@ class ConfigReader:
         return int(self.index.plan(graph_id)[1][-1])
 
     def runtimes(self, graph_id: str) -> np.ndarray | None:
-        """``Dataset.config_runtimes``: the stored ``runtime`` column of the graph's configs (with
-        ``graph_id`` and ``config_id``, checked), as (c_u,) int64; None on the test split."""
+        """``Dataset.config_runtimes``: (c_u,) int64, a fresh array; None on the test split. Layout: the
+        derived ``runtime`` column (``derived``: no configs row group read); tile: the stored ``runtime``
+        column of its configs rows (with ``graph_id`` and ``config_id``, checked)."""
         kind = self.index.place(graph_id).kind
         groups = self.index.plan(graph_id)[0]
         try:
+            if kind == "layout":
+                runtime = self.derived.get(graph_id).columns["runtime"]
+                return None if runtime is None else runtime.copy()
             pieces = []
             for path in dict.fromkeys(p for p, _ in groups):
                 rgs = [rg for p, rg in groups if p == path]
-                if kind == "layout":
-                    check_graph_groups(self.files.footer(path).metadata, path, rgs, graph_id)
                 t = self.files.read(path, rgs, ["graph_id", "config_id", "runtime"], use_threads=False)
-                if kind == "tile":
-                    t = parquet.rows_of(t, "graph_id", graph_id)
-                pieces.append(t)
+                pieces.append(parquet.rows_of(t, "graph_id", graph_id))
             table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
             ids = flat(table.column("config_id"))
             if not np.array_equal(ids, np.arange(len(ids))):
