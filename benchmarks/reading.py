@@ -25,7 +25,7 @@ def run(shards: Path, src: Path, max_graphs: int = 200, seed: int = 0) -> dict:
         meta = ds.load_graph(gid)  # untimed: decide which rows to sample
         rows = rng.choice(meta.num_unique_configs, min(SAMPLE, meta.num_unique_configs), replace=False)
         originals = meta.first_index[rows]
-        ds._cache.clear()
+        ds.graphs.recent.clear()
         start = time.perf_counter()
         g = ds.load_graph(gid)
         feats = g.node_config_feat(rows)
@@ -148,7 +148,7 @@ def sampled(shards: Path, k: int = SAMPLE, repeat: int = 9, graph_id: str | None
     c_u = ds.num_unique_configs(graph_id)
 
     def old_path():
-        ds._cache.clear()  # the old path re-reads the graph for each sample (a cache holds ≤ 4 row groups)
+        ds.graphs.recent.clear()  # the old path re-reads the graph for each sample (a cache holds ≤ 4 row groups)
         g = ds.load_graph(graph_id)
         rows = np.random.default_rng(next(seeds)).choice(g.num_unique_configs, k, replace=False)
         return g.node_config_feat(rows)

@@ -93,21 +93,21 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
 
     import tpuprep
     from tpuprep.shards.parquet import open_parquet, read_row_groups
-    from tpuprep.shards.reader import Dataset
+    from tpuprep.shards.shard_files import ShardSet
 
     fsspec.filesystem("s3").clear_instance_cache()
-    saved = Dataset.open_shard, Dataset._read_sampled
+    saved = ShardSet.open, ShardSet.read_sampled
     if mode == "arrow-filesystem":
         def open_shard(self, path):
             fs = self.store.arrow_filesystem()
             return open_parquet(path, fs.open_input_file(self.store.fs._strip_protocol(path)))
 
-        Dataset.open_shard = open_shard
+        ShardSet.open = open_shard
     if mode != "prefetch":
         def read_sampled(self, path, rgs, graph_id, columns):
-            return read_row_groups(self._parquet(path), path, rgs, columns, use_threads=False)
+            return read_row_groups(self.footer(path), path, rgs, columns, use_threads=False)
 
-        Dataset._read_sampled = read_sampled
+        ShardSet.read_sampled = read_sampled
     try:
         counter.take()
         start = time.perf_counter()
@@ -132,7 +132,7 @@ def measure(url: str, mode: str, samples: int, counter: Requests) -> dict:
                 "warm_mean_requests": sum(w["requests"] for w in warm) / len(warm),
                 "warm_best_seconds": min(w["seconds"] for w in warm), "warm": warm}
     finally:
-        Dataset.open_shard, Dataset._read_sampled = saved
+        ShardSet.open, ShardSet.read_sampled = saved
 
 
 def main() -> None:

@@ -111,10 +111,18 @@ def _spy_columns(monkeypatch) -> list:
     return seen
 
 
-def test_config_runtimes_read_only_the_runtime_columns(ds, monkeypatch):
+def test_config_runtimes_read_no_codes(ds, monkeypatch):
+    """Layout: the runtimes derived from the structure (the dataset's derived cache), no configs row group
+    read; tile: only the runtime column (with graph_id and config_id) of its configs rows."""
     seen = _spy_columns(monkeypatch)
-    ds.config_runtimes(ds.graph_ids(LAYOUT, "train")[0])
-    assert seen and all(c is not None and "codes" not in c for c in seen)
+    fresh = tpuprep.open_dataset(ds.root)
+    fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])
+    assert seen == [] and len(fresh.configs.derived) == 1
+    r = fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])
+    r[0] += 1  # a fresh array of the caller's, not the cache's
+    assert r[0] == fresh.config_runtimes(fresh.graph_ids(LAYOUT, "train")[0])[0] + 1
+    fresh.config_runtimes(fresh.graph_ids("tile:xla", "train")[0])
+    assert seen == [["graph_id", "config_id", "runtime"]]
 
 
 @pytest.mark.parametrize("collection", ["layout:xla:random", "layout:nlp:default"])
@@ -154,19 +162,29 @@ def test_unique_config_columns_are_read_only_for_an_empty_graph_too(ds):
         assert len({id(v) for v in arrays}) == len(arrays)  # no array shared between two columns
 
 
-def test_read_configs_with_columns_reads_codes_only_and_gives_the_same_sample(ds, monkeypatch):
+def test_read_configs_reads_codes_only_and_columns_is_deprecated(ds, monkeypatch):
+    """read_configs reads only the config_id and codes chunks of a layout graph's row groups: its other
+    fields are the derived columns' rows, equal to the stored ones (and of their dtypes). The columns a
+    caller once passed (issue #37) are refused when wrong, warned about and not used."""
     seen = _spy_columns(monkeypatch)
     for gid in ds.graph_ids(LAYOUT):
         rows = np.random.default_rng(2).permutation(ds.num_unique_configs(gid))[:9]
+        seen.clear()
         plain = ds.read_configs(gid, rows)
-        assert "runtime" in seen[-1]
+        assert seen and all(c in (["config_id", "codes"], ["codes"]) for c in seen)  # pyarrow's read, or pages
+        g = ds.load_graph(gid)
+        for field, stored in (("group_size", g.group_size), ("first_index", g.first_index),
+                              ("config_runtime", g.config_runtime), ("config_runtime_spread", g.config_runtime_spread)):
+            got = getattr(plain, field)
+            assert (got is None and stored is None) or (np.array_equal(got, stored[rows]) and got.dtype == stored.dtype)
+            assert got is None or got.flags.writeable
         cols = unique_config_columns(ds.load_graph(gid, configs=False))
-        fast = ds.read_configs(gid, rows, cols)
-        assert seen[-1] in (["config_id", "codes"], ["codes"])  # pyarrow's read, or the pages read directly
+        wrong = {k: None if v is None else np.zeros_like(v) for k, v in cols.items()}  # well formed, not used
+        with pytest.warns(DeprecationWarning, match=r"columns=\) is deprecated and ignored"):
+            fast = ds.read_configs(gid, rows, wrong)
         for field in vars(plain):
             x, y = getattr(plain, field), getattr(fast, field)
             assert (x is None and y is None) or (np.array_equal(x, y) and np.asarray(x).dtype == np.asarray(y).dtype), field
-        assert fast.config_runtime is None or fast.config_runtime.flags.writeable
 
 
 def test_batches_hold_the_stored_configs(ds):
@@ -462,7 +480,10 @@ def test_the_lru_is_bounded_in_bytes_too(ds, collection):
     sizes = sorted(e.nbytes for e in roomy.cache.entries.values())
     assert len(sizes) == len(roomy.graph_ids) and sizes[0] > 0
     assert roomy.cache.nbytes == sum(sizes)
-    cap = sizes[0]  # less than two entries can hold (entries are smaller here: no configs decoded)
+    probe = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000, cache_bytes=1)
+    lean = {next(reversed(probe.cache.entries.values())).nbytes for _ in probe}  # each entry as a tight LRU holds it
+    assert min(lean) > 0 and (collection != LAYOUT or max(lean) < sizes[-1])  # layout: no configs decoded
+    cap = min(sizes[0], min(lean) + 1)  # less than two entries can hold
     tight = ConfigBatches(ds, collection, k=4, batches_per_graph=2, structures=10_000, cache_bytes=cap)
     held = []
     for _ in tight:

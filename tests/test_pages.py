@@ -178,7 +178,7 @@ def test_a_corrupt_codes_page_is_bad_shards_through_pyarrow(synth_shards, tmp_pa
     shutil.copytree(synth_shards, dst)
     ds = tpuprep.open_dataset(dst)
     gid = max(_layout_ids(ds), key=ds.num_unique_configs)
-    groups, _ = ds._index(*ds._where(gid)).config_plan(gid)
+    groups, _ = ds.index.plan(gid)
     path, rg = groups[0]
     corrupt_codes_page(path, rg)
     ds = tpuprep.open_dataset(dst)  # (the dataset open before says the folder changed: test_hostile_read)
@@ -274,7 +274,7 @@ def test_a_remote_shard_replaced_under_an_open_dataset_is_refused_in_one_line(sy
     gids = _layout_ids(remote)
     gid = max(gids, key=remote.num_unique_configs)
     remote.sample_configs(gid, 3, seed=0)  # footers read and kept
-    groups, _ = remote._index(*remote._where(gid)).config_plan(gid)
+    groups, _ = remote.index.plan(gid)
     target = str(groups[0][0])
     fs, path = fsspec.core.url_to_fs(target)
     others = [p for p in fs.find(url.split("://", 1)[1]) if p.endswith(".parquet") and "/configs/" in p

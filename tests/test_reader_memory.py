@@ -94,7 +94,7 @@ def test_a_corrupt_codes_page_is_still_bad_shards_when_the_graph_is_loaded(big, 
     shutil.copytree(big, dst)
     ds = tpuprep.open_dataset(dst)
     (gid,) = ds.graph_ids()
-    path, rg = ds._index(*ds._where(gid)).config_plan(gid)[0][3]
+    path, rg = ds.index.plan(gid)[0][3]
     corrupt_codes_page(path, rg)
     ds = tpuprep.open_dataset(dst)  # (the dataset open before says the folder changed)
     with pytest.raises(BadShards, match=rf"{path.name}: row groups? .*corrupt"):

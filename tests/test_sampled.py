@@ -39,7 +39,7 @@ def test_the_fallback_checks_which_configs_a_row_group_holds_not_how_many(swappe
     asked = next(r for r in rows if r in (2, 3))
     with pytest.raises(BadShards, match=rf"^{re.escape(str(shard))}: row group \d+ holds config_id "
                                         rf"{5 - asked} where config {asked} of '{gid}' belongs$"):
-        ds.read_configs(gid, rows)  # every column: the pyarrow path
+        ds.read_configs(gid, rows)  # config_id and codes: the pyarrow path
 
 
 def test_a_sample_through_the_derived_columns_checks_them_too(swapped, monkeypatch):
@@ -60,7 +60,7 @@ def test_an_intact_shard_samples_the_same_on_both_paths(shards, monkeypatch):
     ds = tpuprep.open_dataset(shards)
     c_u = ds.num_unique_configs(gid)
     rows = np.random.default_rng(0).permutation(c_u)[: min(c_u, 20)]
-    direct = ds.read_configs(gid, rows, ds._derived_columns(gid))
+    direct = ds.read_configs(gid, rows)
     monkeypatch.setattr(pages, "sample_codes", lambda *a, **k: None)
     fallback = tpuprep.open_dataset(shards).read_configs(gid, rows)
     assert np.array_equal(direct.node_config_feat, fallback.node_config_feat)

@@ -14,7 +14,6 @@ from reference import ref_stored_columns
 import tpuprep
 from tpuprep.build import build
 from tpuprep.shards import parquet as parquet_module
-from tpuprep.shards import sampled as sampled_module
 from tpuprep.shards import writer as writer_module
 from tpuprep.shards.writer import quality_counts
 
@@ -158,7 +157,7 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
 
     monkeypatch.setattr(parquet_module, "read_row_group", whole)
     ds2 = tpuprep.open_dataset(small_groups)
-    ds2._ties[gid] = ds.load_graph(gid, configs=False).config_node_tie  # the structure is not under test
+    ds2.configs.derived.get(gid)  # the structure (read once, into the derived cache) is not under test
     s = ds2.sample_configs(gid, 3, seed=5)
     groups = sorted(rg for _, rgs in seen for rg in rgs)
     assert groups == sorted({int(r) // GROUP for r in s.rows})
@@ -167,24 +166,36 @@ def test_sample_configs_reads_only_the_row_groups_of_the_sample(small_groups, mo
     assert read_columns in ([["config_id", "codes"]], [["codes"]])  # pyarrow's read, or the pages directly
     seen.clear()
     read_columns.clear()
-    blocks = list(ds2.iter_config_blocks(gid, 4, s.rows))  # read_configs: every stored column (verify)
-    assert all("runtime" in c and "group_size" in c for c in read_columns)
+    blocks = list(ds2.iter_config_blocks(gid, 4, s.rows))  # read_configs: the same columns, the same cache
+    assert read_columns and all(c in (["config_id", "codes"], ["codes"]) for c in read_columns)
     assert np.array_equal(np.concatenate([b.config_runtime for b in blocks]), s.config_runtime)
+    assert np.array_equal(s.config_runtime, ds.load_graph(gid).config_runtime[s.rows])  # the stored column
 
 
 def test_derived_columns_are_kept_within_their_byte_bound(small_groups, monkeypatch):
+    """One cache holds a layout graph's tie array and derived columns, for sample_configs and read_configs
+    alike (ConfigBatches reads through read_configs), bounded in bytes; load_graph keeps nothing there."""
     ds = tpuprep.open_dataset(small_groups)
+    cache = ds.configs.derived
     ids = ds.graph_ids("layout:xla:default")[:4]
     for gid in ids[:3]:
-        ds.sample_configs(gid, 2)
-    assert list(ds._derived) == ids[:3]
-    ds.sample_configs(ids[0], 2)  # a hit moves it to the end
-    assert list(ds._derived) == [ids[1], ids[2], ids[0]]
-    assert ds._derived_bytes == sum(a.nbytes for c in ds._derived.values() for a in c.values() if a is not None)
-    monkeypatch.setattr(sampled_module, "DERIVED_BYTES", 1)
+        ds.load_graph(gid)
+    assert len(cache) == 0
+    ds.sample_configs(ids[0], 2)
+    ds.read_configs(ids[1], [0])
+    list(ds.iter_config_blocks(ids[2], 3, [1, 0]))
+    assert list(cache.entries) == ids[:3]
+    ds.read_configs(ids[0], [1, 0])  # a hit moves it to the end
+    assert list(cache.entries) == [ids[1], ids[2], ids[0]]
+    for gid, entry in cache.entries.items():
+        structure = ds.load_graph(gid, configs=False)
+        assert np.array_equal(entry.tie, structure.config_node_tie)
+        assert entry.nbytes == entry.tie.nbytes + sum(a.nbytes for a in entry.columns.values() if a is not None)
+    assert cache.nbytes == sum(e.nbytes for e in cache.entries.values()) > 0
+    monkeypatch.setattr(cache, "max_bytes", 1)
     ds.sample_configs(ids[3], 2)  # a new graph: the bound drops the others, the newest always stays
-    assert list(ds._derived) == [ids[3]]
-    assert ds._derived_bytes == sum(a.nbytes for a in ds._derived[ids[3]].values() if a is not None)
+    assert list(cache.entries) == [ids[3]]
+    assert cache.nbytes == cache.entries[ids[3]].nbytes
 
 
 def _spy(real, log: list[str]):

@@ -33,7 +33,7 @@ if __name__ == "__main__":
         assert np.array_equal(g.node_config_feat(rows=s.rows[:2]), s.node_config_feat[:2])
     again = ds.read_configs(gid, s.rows)  # the same ConfigSample for explicit rows, in that order
     assert np.array_equal(again.config_runtime, s.config_runtime)
-    assert np.array_equal(ds.config_runtimes(gid)[s.rows], s.config_runtime)  # the runtime column alone
+    assert np.array_equal(ds.config_runtimes(gid)[s.rows], s.config_runtime)  # every runtime, no codes read
     seen = 0
     for block in ds.iter_config_blocks(gid, 256):  # every unique config, one decoded block at a time
         seen += len(block.rows)

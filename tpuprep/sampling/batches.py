@@ -256,8 +256,7 @@ class ConfigBatches:
         cached = self.cache.get(self.ds, graph_id, needs_runtimes)
         rows = choose(cached.runtimes if needs_runtimes else cached.count, self.k,
                       item_rng(self.seed, epoch, graph_id, b))
-        sample = (cached.configs.take(rows) if cached.configs is not None
-                  else self.ds.read_configs(graph_id, rows, cached.columns))
+        sample = cached.configs.take(rows) if cached.configs is not None else self.ds.read_configs(graph_id, rows)
         return ConfigBatch(graph_id, cached.structure.collection, self.split, cached.structure, sample, epoch, 0)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,5 +1,8 @@
-"""The structures cache of ``ConfigBatches``: what a graph's batches need (its structure, derived
-per-config columns, runtimes and, for small graphs, all of its configs), kept in an LRU bounded in bytes.
+"""The structures cache of ``ConfigBatches``: what a graph's batches need besides their k configs (its
+structure, c_u, its runtimes when the strategy draws by them and, for small graphs, all of its configs),
+read through the reader's public API and kept in an LRU bounded in bytes. The per-config columns a
+sample of a layout graph needs are not kept here: the dataset derives and keeps them itself
+(``shards.derived.DerivedCache``), so ``read_configs(graph_id, rows)`` is all a batch calls.
 
 Each reader process (the main process, or each DataLoader worker) holds its own cache; in a persistent
 worker it lives across epochs, so from the second epoch on the batches of cached graphs cost no read.
@@ -13,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..shards.reader import ConfigSample, Dataset, GraphRecord, unique_config_columns
+from ..shards.reader import ConfigSample, Dataset, GraphRecord
 
 #: bytes of one decoded layout config per configurable node (node_config_feat is (k, nc, 18) int8)
 LAYOUT_CONFIG_BYTES = 18
@@ -21,22 +24,21 @@ LAYOUT_CONFIG_BYTES = 18
 
 @dataclass
 class CachedGraph:
-    """One entry: a graph's structure, its derived per-config columns (layout, else None), its (c_u,)
-    int64 runtimes (None on test, or for tile when the strategy needs none), c_u, and every config of
-    the graph when it is small (a tile graph; a layout graph whose decoded configs take at most
-    ``cache_bytes / 8``): reading the graph's rows once and slicing them is cheaper per batch than
-    filtering row groups again (a tile graph's configs share row groups with other graphs)."""
+    """One entry: a graph's structure, its (c_u,) int64 runtimes (read-only; None on test, or when the
+    strategy needs none), c_u, and every config of the graph when it is small (a tile graph; a layout
+    graph whose decoded configs take at most ``cache_bytes / 8``): reading the graph's rows once and
+    slicing them is cheaper per batch than filtering row groups again (a tile graph's configs share row
+    groups with other graphs)."""
 
     structure: GraphRecord
-    columns: dict[str, np.ndarray | None] | None
     runtimes: np.ndarray | None
     count: int
     configs: ConfigSample | None = None
 
     @cached_property
     def nbytes(self) -> int:
-        """Bytes of the NumPy arrays this entry holds (structure, columns, runtimes, configs)."""
-        parts = [*vars(self.structure).values(), *(self.columns or {}).values(), self.runtimes,
+        """Bytes of the NumPy arrays this entry holds (structure, runtimes, configs)."""
+        parts = [*vars(self.structure).values(), self.runtimes,
                  *(vars(self.configs).values() if self.configs is not None else ())]
         return sum(a.nbytes for a in parts if isinstance(a, np.ndarray))
 
@@ -70,17 +72,17 @@ class StructureCache:
         """A graph's entry, read now (never the configs' of a large layout graph)."""
         structure = ds.load_graph(graph_id, configs=False)
         count = structure.num_unique_configs
-        if structure.kind == "layout":  # small per-config columns from the structure: samples read codes only
-            columns = unique_config_columns(structure)
-            decoded = count * len(structure.node_config_ids) * LAYOUT_CONFIG_BYTES
+        configs = None
+        if structure.kind != "layout":  # a tile graph's configs share row groups with others: read once
+            configs = ds.read_configs(graph_id, np.arange(count))
+        elif count * len(structure.node_config_ids) * LAYOUT_CONFIG_BYTES <= self.max_bytes // 8:
             # a small graph (≤ 1/8 of the cache) is decoded once and sliced per batch: its 64 rows would
             # touch most of its row groups anyway; a large one is read per batch, 64 configs at a time
-            configs = (ds.read_configs(graph_id, np.arange(count), columns)
-                       if decoded <= self.max_bytes // 8 else None)
-            return CachedGraph(structure, columns, columns["runtime"], count, configs)
-        configs = ds.read_configs(graph_id, np.arange(count))
-        runtimes = configs.config_runtime if needs_runtimes else None
-        if runtimes is not None:
-            runtimes = runtimes.copy()
-            runtimes.flags.writeable = False
-        return CachedGraph(structure, None, runtimes, count, configs)
+            configs = ds.read_configs(graph_id, np.arange(count))
+        runtimes = None
+        if needs_runtimes:
+            runtimes = ds.config_runtimes(graph_id) if configs is None else configs.config_runtime
+            if runtimes is not None:
+                runtimes = runtimes.copy()
+                runtimes.flags.writeable = False
+        return CachedGraph(structure, runtimes, count, configs)

@@ -72,7 +72,7 @@ def rows(value: object, name: str = "rows") -> np.ndarray:
 
 
 CONFIG_COLUMNS = ("group_size", "first_index", "runtime", "runtime_spread")
-"""The keys of ``unique_config_columns``: what ``read_configs(..., columns=)`` takes."""
+"""The keys of ``unique_config_columns``: what the deprecated ``read_configs(..., columns=)`` still checks."""
 
 
 def config_columns(value: object, num_unique: int) -> dict | None:

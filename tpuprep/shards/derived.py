@@ -1,12 +1,16 @@
-"""What the reader derives without reading shards: the rows a sample draws (``sample_rows``), a layout
+"""What the reader derives without reading configs: the rows a sample draws (``sample_rows``), a layout
 graph's per-unique-config columns from its structure (``unique_config_columns``), stored codes spread
-over tied nodes (``expand_tied``) and the rule that makes train statistics safe to divide by
-(``safe_normalizer``). Pure NumPy; ``tpuprep.shards.reader`` re-exports every name.
+over tied nodes (``expand_tied``), the rule that makes train statistics safe to divide by
+(``safe_normalizer``), and ``DerivedCache``, the dataset's one cache of what samples need of a layout
+graph besides its codes (its tie array and those columns), bounded in bytes. Pure NumPy;
+``tpuprep.shards.reader`` re-exports the public names.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -14,12 +18,14 @@ from . import arguments
 
 
 class LayoutStructure(Protocol):
-    """What ``unique_config_columns`` reads of a ``GraphRecord`` (the reader's, which imports this module)."""
+    """What ``unique_config_columns`` and ``DerivedCache`` read of a ``GraphRecord`` (the reader's, which
+    imports this module)."""
 
     graph_id: str
     kind: str
     config_inverse: np.ndarray
     config_runtime_original: np.ndarray | None
+    config_node_tie: np.ndarray | None
 
 
 def expand_tied(stored: np.ndarray, tie: np.ndarray) -> np.ndarray:
@@ -59,8 +65,8 @@ def unique_config_columns(structure: LayoutStructure) -> dict[str, np.ndarray | 
     (``load_graph(graph_id, configs=False)``: ``config_inverse`` (c,) and ``config_runtime_original``
     (c,)), equal to the stored ones by the dedup rules (unique ids in order of first occurrence; each
     keeps its group's smallest runtime): ``group_size``, ``first_index`` (c_u,) int32, ``runtime`` and
-    ``runtime_spread`` (c_u,) int64 ns (None on test). O(c log c) NumPy, no shard read: pass them to
-    ``Dataset.read_configs(..., columns=)`` so that a sample reads only the configs' codes.
+    ``runtime_spread`` (c_u,) int64 ns (None on test). O(c log c) NumPy, no shard read: what
+    ``DerivedCache`` keeps, so that a sample reads only the configs' ids and codes.
     ``ValueError`` when ``config_inverse`` does not number the groups in order of first occurrence."""
     inverse = np.asarray(structure.config_inverse, np.int64)
     if structure.kind != "layout":
@@ -95,3 +101,49 @@ def _frozen(columns: dict[str, np.ndarray | None]) -> dict[str, np.ndarray | Non
         if value is not None:
             value.flags.writeable = False
     return columns
+
+
+DERIVED_BYTES = 64 << 20
+"""Most bytes a ``DerivedCache`` keeps by default (24 bytes per unique config plus 4 per configurable node:
+2.4 MB for a graph of 100,000 configs)."""
+
+
+class Derived(NamedTuple):
+    """What a sample of a layout graph needs besides its codes: ``tie`` (nc,) int32, the stored codes column
+    of each configurable node (``config_node_tie``), and ``columns``, its ``unique_config_columns``. Every
+    array is read-only."""
+
+    tie: np.ndarray
+    columns: dict[str, np.ndarray | None]
+
+    @property
+    def nbytes(self) -> int:
+        return self.tie.nbytes + sum(a.nbytes for a in self.columns.values() if a is not None)
+
+
+class DerivedCache:
+    """The ``Derived`` of layout graphs, each made once from the graph's structure (``structure_of(graph id)``,
+    e.g. ``GraphLoader.structure``) and kept in an LRU of at most ``max_bytes`` bytes together (the most
+    recent entry always stays). Nothing else of a dataset keeps a graph's tie array or derived columns."""
+
+    def __init__(self, structure_of: Callable[[str], LayoutStructure], max_bytes: int = DERIVED_BYTES):
+        self.structure_of, self.max_bytes = structure_of, max_bytes
+        self.entries: OrderedDict[str, Derived] = OrderedDict()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, graph_id: str) -> Derived:
+        """The ``Derived`` of a layout graph: kept, or made now (``ValueError`` from
+        ``unique_config_columns`` when its structure does not number its groups in order)."""
+        if graph_id in self.entries:
+            self.entries.move_to_end(graph_id)
+            return self.entries[graph_id]
+        structure = self.structure_of(graph_id)
+        entry = Derived(structure.config_node_tie, unique_config_columns(structure))
+        self.entries[graph_id] = entry
+        self.nbytes += entry.nbytes
+        while len(self.entries) > 1 and self.nbytes > self.max_bytes:
+            self.nbytes -= self.entries.popitem(last=False)[1].nbytes
+        return entry

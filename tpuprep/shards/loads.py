@@ -1,27 +1,29 @@
-"""Whole-graph loads: ``Dataset.load_graph(id)`` → ``GraphRecord`` (its ``graphs`` row and all its unique
-configs), ``graph_row`` and ``iter_graphs``.
+"""``GraphLoader``: whole graphs, the ``graphs`` part of ``reader.Dataset`` — ``load(id)`` → ``GraphRecord``
+(its ``graphs`` row and all its unique configs, ``Dataset.load_graph``), ``structure(id)`` (the graphs row
+alone) and ``row(id)`` (the row's scalars, ``Dataset.graph_row``).
 
 A layout graph's codes are kept as stored (``StoredCodes``: the compressed ``codes`` chunks of its row
 groups, read in one ranged read per shard and every page checked once), never as a whole-graph int32
 array: memory ≈ the shard's bytes instead of 12 bytes per config per configurable node (issue #30).
 Chunks the direct page decoder does not handle are read with pyarrow as before (``config_codes`` then
-holds the joined codes).
-
-``GraphLoads`` is a part of ``reader.Dataset`` (a mixin): it uses ``ShardFiles`` and the dataset's
-``_graphs`` / ``_index`` / ``_ties``.
+holds the joined codes). Graphs rows are read a row group at a time; the last few row groups read are
+kept (``row_groups``), so consecutive graphs (``iter_graphs``) read each once.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import BadShards, one_line
-from ..tpugraphs import collection_kind
 from . import arguments, pages
 from .parquet import check_graph_groups, codes_rows, flat, merge_ranges, rows_of
 from .records import GraphRecord, flat_or_none, list_cell, read_only
-from .shard_index import ShardIndex
+from .shard_files import ShardSet
+from .shard_index import GraphIndex
 from .stored_codes import CODE_LIMIT, StoredCodes
 
 _SMALL_COLUMNS = ["config_id", "runtime", "runtime_spread", "group_size", "first_index"]
@@ -31,48 +33,47 @@ MERGE_GAP = 1 << 16
 columns between two row groups' codes are a few hundred bytes)."""
 
 
-class GraphLoads:
-    """``load_graph``, ``graph_row`` and ``iter_graphs`` of a ``Dataset`` (see the module docstring)."""
+class GraphLoader:
+    """Whole graphs of a dataset (see the module docstring), read through ``files`` where ``index`` says
+    they are; the last ``row_groups`` graphs row groups read are kept (an LRU)."""
 
-    def _graph_row_group(self, graph_id: str) -> tuple[ShardIndex, object, pa.Table, int]:
-        """(index of its collection and split, graphs shard, row group table, row) of a listed graph."""
-        if arguments.graph_id(graph_id) not in self._graphs:
-            raise KeyError(f"no graph {graph_id!r} in {self.root}")
-        collection, split = self._graphs[graph_id]
-        index = self._index(collection, split)
-        if graph_id not in index.graph_rows:
-            raise BadShards(f"{self.manifest_path}: graph {graph_id!r} is listed, but no {split} graphs "
-                            f"shard of {collection} holds it")
-        path, rg, row = index.graph_rows[graph_id]
+    def __init__(self, files: ShardSet, index: GraphIndex, row_groups: int = 4):
+        self.files, self.index, self.row_groups = files, index, row_groups
+        self.recent: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()  # the last row groups read
+
+    def _row_group(self, path: Path | str, rg: int) -> pa.Table:
+        """Row group ``rg`` of a shard, all columns, from the LRU or read now."""
+        key = (str(path), rg)
+        if key in self.recent:
+            self.recent.move_to_end(key)
+            return self.recent[key]
+        table = self.recent[key] = self.files.read_group(path, rg)
+        if len(self.recent) > self.row_groups:
+            self.recent.popitem(last=False)
+        return table
+
+    def _graph_row_group(self, graph_id: str) -> tuple[Path | str, pa.Table, int]:
+        """(graphs shard, row group table, row) of a listed graph, its graph id checked in the row read."""
+        path, rg, row = self.index.graph_row(graph_id)
         table = self._row_group(path, rg)
         found = table.column("graph_id")[row].as_py() if row < table.num_rows else None
         if found != graph_id:
             raise BadShards(f"{path}: row {row} of row group {rg} holds graph {found!r}, not {graph_id!r}: "
-                            f"the shard changed under the open dataset {self.root}?")
-        return index, path, table, row
+                            f"the shard changed under the open dataset {self.files.root}?")
+        return path, table, row
 
-    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
-        """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
-        the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
-        row; no configs shard is opened), every per-unique-config array None.
-
-        Memory: the graphs row's arrays (node_feat n'·140·4 bytes, …), 28 bytes per unique config for the
-        per-config columns and, for a layout graph, its codes as stored (compressed: 0.1–0.7 bytes per
-        config per configurable node on the ``full`` profile; ``GraphRecord``). ``config_codes`` is built
-        on first use (12 bytes per config per configurable node); ``node_config_feat(rows)`` decodes
-        only the row groups of ``rows``."""
+    def load(self, graph_id: str, configs: bool = True) -> GraphRecord:
+        """``Dataset.load_graph``: the graph, with all its unique configs unless ``configs`` is False."""
         configs = arguments.flag("configs", configs)
-        index, path, g, row = self._graph_row_group(graph_id)
-        collection, split = self._graphs[graph_id]
-        groups = index.config_row_groups(graph_id) if configs else []
+        path, g, row = self._graph_row_group(graph_id)
+        collection, split, kind = self.index.place(graph_id)
+        groups = self.index.plan(graph_id)[0] if configs else []
         try:
             record, scalar = self._structure(graph_id, collection, split, g, row)
-            if record.config_node_tie is not None:
-                self._ties[graph_id] = record.config_node_tie
             if not configs:
                 return record
-            if collection_kind(collection) == "layout":
-                stored = self._stored_codes(graph_id, index, record.config_node_tie)
+            if kind == "layout":
+                stored = self._stored_codes(graph_id, record.config_node_tie)
                 pieces = self._layout_pieces(graph_id, groups, None if stored is None else _SMALL_COLUMNS)
             else:
                 stored, pieces = None, []
@@ -91,21 +92,21 @@ class GraphLoads:
         pieces = []
         for cpath in dict.fromkeys(p for p, _ in groups):
             rgs = [rg for p, rg in groups if p == cpath]
-            check_graph_groups(self._parquet(cpath).metadata, cpath, rgs, graph_id)
-            pieces.append(self._read(cpath, rgs, columns))
+            check_graph_groups(self.files.footer(cpath).metadata, cpath, rgs, graph_id)
+            pieces.append(self.files.read(cpath, rgs, columns))
         return pieces
 
-    def _stored_codes(self, graph_id: str, index: ShardIndex, tie: np.ndarray) -> StoredCodes | None:
+    def _stored_codes(self, graph_id: str, tie: np.ndarray) -> StoredCodes | None:
         """The graph's codes as stored (``StoredCodes``), every page decoded once to check it, or None when
         a chunk or page is not one the direct decoder handles (then pyarrow reads them)."""
-        groups, starts = index.config_plan(graph_id)
+        groups, starts = self.index.plan(graph_id)
         chunks, blocks = [], []
         for cpath in dict.fromkeys(p for p, _ in groups):
             rgs = [rg for p, rg in groups if p == cpath]
             try:
-                mine = self._chunks_of(cpath, rgs, graph_id)
+                mine = self.files.codes_chunks(cpath, rgs, graph_id)
                 spans = merge_ranges([(c.start, c.end) for c in mine], MERGE_GAP)
-                fetched = self._fetcher(cpath)(spans)
+                fetched = self.files.fetcher(cpath)(spans)
             except pages.Unhandled:
                 return None
             at = 0
@@ -182,7 +183,7 @@ class GraphLoads:
             config_runtime_original=list_cell(g, "config_runtime_original", row),
             config_runtime=None, group_size=None, first_index=None,
         )
-        if collection_kind(collection) == "layout":
+        if record.kind == "layout":
             record.node_config_ids = list_cell(g, "node_config_ids", row)
             record.node_splits = list_cell(g, "node_splits", row)
             record.config_node_tie = list_cell(g, "config_node_tie", row)
@@ -197,14 +198,12 @@ class GraphLoads:
             record.config_runtime_normalizers_original = list_cell(g, "config_runtime_normalizers_original", row)
         return read_only(record), scalar
 
-    def graph_row(self, graph_id: str) -> dict:
-        """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``
-        ...) as Python values: what the shards say about the graph besides its arrays."""
-        _, _, g, row = self._graph_row_group(graph_id)
+    def structure(self, graph_id: str) -> GraphRecord:
+        """The graph's structure: ``load(graph_id, configs=False)`` (no configs shard opened)."""
+        return self.load(graph_id, configs=False)
+
+    def row(self, graph_id: str) -> dict:
+        """``Dataset.graph_row``: the scalar columns of a graph's ``graphs`` row as Python values."""
+        _, g, row = self._graph_row_group(graph_id)
         return {f.name: g.column(f.name)[row].as_py() for f in g.schema
                 if not (pa.types.is_list(f.type) or pa.types.is_fixed_size_list(f.type))}
-
-    def iter_graphs(self, collection: str | None = None, split: str | None = None):
-        """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
-        for gid in self.graph_ids(collection, split):
-            yield self.load_graph(gid)

@@ -1,4 +1,5 @@
-"""Reading shards: ``open_dataset(path)`` → ``Dataset``, ``Dataset.load_graph(id)`` → ``GraphRecord``.
+"""Reading shards: ``open_dataset(path)`` → ``Dataset``, ``Dataset.load_graph(id)`` → ``GraphRecord``,
+``Dataset.sample_configs(id, k)`` → ``ConfigSample``.
 
 Only pyarrow is used. A graph's configs are found through the Parquet row-group statistics on
 ``graph_id``, so loading one layout graph decompresses only that graph's row groups. Arrays come back
@@ -12,52 +13,51 @@ graph ids, every entry's shape); every file it names must stay inside the folder
 no symbolic link leading out) and be a regular file; every Parquet page's CRC-32 is verified as it is
 read; and a graph's rows must be where the manifest says, in the numbers its ``graphs`` row says.
 
-This module is the facade: ``Dataset`` and ``open_dataset``, with every public name of the reader
-importable from here (``GraphRecord``, ``ConfigSample``, ``sample_rows`` …). The work is split by job:
-``records`` (what is returned), ``stored_codes`` (a layout graph's codes as stored), ``shard_index``
-(where a graph's rows are), ``shard_files`` (the files, through ``io.store.Store``), ``loads``
-(whole graphs), ``sampled`` (sampled and block reads), ``scans`` (polars scans, counts).
+This module is the facade: ``Dataset`` holds the manifest and hands every other public method, in a line
+or two, to one of its parts (``docs/architecture.md``, "Reading shards"): ``files`` (``ShardSet``,
+``shard_files``: the files), ``index`` (``GraphIndex``, ``shard_index``: where a graph is), ``graphs``
+(``GraphLoader``, ``loads``: whole graphs) and ``configs`` (``ConfigReader``, ``sampled``: configs by row,
+with the one ``DerivedCache``); ``scans`` holds ``scan`` and ``counts``. Every public name of the reader
+is importable from here (``GraphRecord``, ``ConfigSample``, ``sample_rows`` …).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from functools import cached_property
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io.storage import resolve
-from ..io.store import ShardFile, Store
+from ..io.store import Store
 from ..tpugraphs import graph_fold
-from . import arguments, pages
+from . import arguments, scans
 from .derived import safe_normalizer, sample_rows, unique_config_columns
 from .layout import MANIFEST
-from .loads import GraphLoads
+from .loads import GraphLoader
 from .manifest import read_manifest
 from .records import ConfigSample, GraphRecord
-from .sampled import SampledReads
-from .scans import Scans
-from .shard_files import ShardFiles
-from .shard_index import ShardIndex
+from .sampled import ConfigReader
+from .shard_files import ShardSet
+from .shard_index import GraphIndex
+
+if TYPE_CHECKING:
+    import polars as pl
 
 __all__ = ["ConfigSample", "Dataset", "GraphRecord", "open_dataset", "safe_normalizer", "sample_rows",
            "unique_config_columns"]
 
 
-class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
+class Dataset:
     """A folder of tpuprep shards, described by its ``manifest.json``: a local folder or a prefix in
     object storage (``s3://bucket/shards``; ``store`` is where it lives, ``io.store.Store``).
 
     ``root`` is the folder (``Path``) locally and the URL (``str``, no credentials) remotely;
     ``storage_options`` are those the store was resolved with (for processes that open it again).
-
-    The methods live in one module per job: ``shard_files`` (paths, opens, byte ranges through the
-    store), ``loads`` (``load_graph``, ``graph_row``, ``iter_graphs``), ``sampled`` (``sample_configs``,
-    ``read_configs``, ``iter_config_blocks``, ``num_unique_configs``, ``config_runtimes``) and
-    ``scans`` (``scan``, ``counts``); this class holds the manifest and what it says."""
+    ``files``, ``index``, ``graphs`` and ``configs`` are the parts the methods are handed to (the module
+    docstring); they are the reader's own workings, not part of its stable API."""
 
     def __init__(self, root: str | Path | Store, cache_row_groups: int = 4, storage_options: dict | None = None):
         self.store: Store = root if isinstance(root, Store) else resolve(root, storage_options, what="shard folder")
@@ -65,21 +65,15 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
         self.root: Path | str = self.store.location  # a local folder keeps the name it was given
         self.manifest_path: Path | str = self.store.location_of(MANIFEST)
         self.manifest = read_manifest(self.store)
-        self._pins: dict[int, ShardFile] = {}  # manifest shard index -> its file, opened and pinned
-        self._named: dict[str, ShardFile] = {}  # shard path (from shard_path) -> its pinned file
-        self._ids: dict[str, str | None] = {}  # shard path (from shard_path) -> its manifest entry's shard_id
-        self._indexes: dict[tuple[str, str], ShardIndex] = {}
-        self._cache: OrderedDict[tuple[Path, int], pa.Table] = OrderedDict()
-        self._cache_size = cache_row_groups
-        self._files: dict[Path | str, pq.ParquetFile] = {}  # footers read once, through the pinned files
-        self._chunks: dict[tuple[Path | str, int], pages.Chunk] = {}  # codes chunks of sampled row groups
-        self._ties: dict[str, np.ndarray] = {}
-        self._derived: OrderedDict[str, dict[str, np.ndarray | None]] = OrderedDict()
-        self._derived_bytes = 0
+        self.files = ShardSet(self.store, self.manifest["shards"], self.manifest_path)
+        self.index = GraphIndex(self.manifest, self.files)
+        self.graphs = GraphLoader(self.files, self.index, cache_row_groups)
+        self.configs = ConfigReader(self.files, self.index, self.graphs)
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r}, collections={self.collections})"
 
+    # -- what the manifest says -------------------------------------------------------------------
     @property
     def collections(self) -> list[str]:
         return list(self.manifest["collections"])
@@ -87,16 +81,10 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
     def splits(self, collection: str) -> list[str]:
         return list(self.manifest["collections"][arguments.name("collection", collection)]["splits"])
 
-    @cached_property
-    def _graphs(self) -> dict[str, tuple[str, str]]:
-        return {i["graph_id"]: (i["graph_id"].rsplit(":", 1)[0], i["path"].split("/")[-2])
-                for i in self.manifest["inputs"] if i["status"] == "ok"}
-
     def graph_ids(self, collection: str | None = None, split: str | None = None) -> list[str]:
         """Graph ids (sorted) of a collection and/or split."""
         collection, split = arguments.name("collection", collection, True), arguments.name("split", split, True)
-        return sorted(g for g, (c, s) in self._graphs.items()
-                      if (collection is None or c == collection) and (split is None or s == split))
+        return self.index.graph_ids(collection, split)
 
     def stats(self, collection: str) -> dict[str, np.ndarray]:
         """Train-split statistics of node_feat[:, :134] (``KeyError`` without train graphs):
@@ -124,11 +112,139 @@ class Dataset(GraphLoads, SampledReads, Scans, ShardFiles):
         """The graph's grouped K-fold id (K = the build's --folds)."""
         return graph_fold(arguments.graph_id(graph_id), self.manifest["options"]["folds"])
 
-    def _where(self, graph_id: str) -> tuple[str, str]:
-        """(collection, split) of a listed graph (``KeyError`` otherwise)."""
-        if arguments.graph_id(graph_id) not in self._graphs:
-            raise KeyError(f"no graph {graph_id!r} in {self.root}")
-        return self._graphs[graph_id]
+    # -- whole graphs: graphs (loads.py) ----------------------------------------------------------
+    def load_graph(self, graph_id: str, configs: bool = True) -> GraphRecord:
+        """Load one graph and all its unique configs (``KeyError`` for an unknown id, ``BadShards`` when
+        the shards do not hold it as the manifest says). ``configs=False``: the structure only (graphs
+        row; no configs shard is opened), every per-unique-config array None.
+
+        Memory: the graphs row's arrays (node_feat n'·140·4 bytes, …), 28 bytes per unique config for the
+        per-config columns and, for a layout graph, its codes as stored (compressed: 0.1–0.7 bytes per
+        config per configurable node on the ``full`` profile; ``GraphRecord``). ``config_codes`` is built
+        on first use (12 bytes per config per configurable node); ``node_config_feat(rows)`` decodes
+        only the row groups of ``rows``."""
+        return self.graphs.load(graph_id, configs)
+
+    def graph_row(self, graph_id: str) -> dict:
+        """The scalar columns of a graph's ``graphs`` row (``num_edges``, ``fold``, ``source_sha256``
+        ...) as Python values: what the shards say about the graph besides its arrays."""
+        return self.graphs.row(graph_id)
+
+    def iter_graphs(self, collection: str | None = None, split: str | None = None) -> Iterator[GraphRecord]:
+        """Yield GraphRecords in graph-id order (shard order, so row groups are read once)."""
+        for gid in self.graph_ids(collection, split):
+            yield self.load_graph(gid)
+
+    # -- configs by row: configs (sampled.py) -----------------------------------------------------
+    def sample_configs(self, graph_id: str, k: int, seed: int = 0) -> ConfigSample:
+        """``min(k, c_u)`` distinct unique configs of a graph drawn by ``sample_rows(c_u, k, seed)``
+        (``numpy.random.default_rng(seed).choice(c_u, k', replace=False)``), decoded: ``read_configs``
+        of those rows.
+
+        Layout: only the row groups (≤ 64 configs each) holding the drawn rows are read, and of them
+        only ``config_id`` and ``codes``: the graph's structure is read once, for its tie array and the
+        per-config columns derived from it (``unique_config_columns``: group sizes, first indices,
+        runtimes, spreads; kept for up to ``DERIVED_BYTES`` of graphs). Tile: the graph's configs
+        rows (small). Rows follow ``load_graph``'s numbering, so ``sample.node_config_feat[i] ==
+        load_graph(graph_id).node_config_feat([sample.rows[i]])[0]``. ``TypeError`` / ``ValueError``
+        naming the argument unless ``k`` and ``seed`` are integers ≥ 0 (``shards.arguments``).
+        """
+        return self.configs.sample(graph_id, k, seed)
+
+    def read_configs(self, graph_id: str, rows: np.ndarray | list[int], columns: object = None) -> ConfigSample:
+        """The unique configs ``rows`` ((k,) ints in 0..c_u-1, any order; a row may repeat) of a graph,
+        decoded, in the order given: a ``ConfigSample`` whose ``rows`` is ``rows`` as int64. Reads what
+        ``sample_configs`` reads for the same rows (layout: the ``config_id`` and ``codes`` chunks of
+        their ≤ 64-config row groups; the small per-config fields come from the graph's structure,
+        derived once and kept). ``IndexError`` for a row out of range, ``KeyError`` for an unknown
+        graph, ``TypeError`` / ``ValueError`` naming ``rows`` when they are not integers.
+
+        ``columns`` is deprecated and ignored (a ``DeprecationWarning``): it took the caller's
+        ``unique_config_columns``, which the dataset now derives and keeps itself. A value that is not
+        such columns is still refused (``TypeError`` / ``ValueError`` naming ``columns``)."""
+        if columns is not None:
+            self.configs.deprecated_columns(graph_id, columns)
+        return self.configs.read(graph_id, rows)
+
+    def iter_config_blocks(self, graph_id: str, rows_per_block: int = 4096,
+                           rows: np.ndarray | list[int] | None = None) -> Iterator[ConfigSample]:
+        """The unique configs of a graph as a stream of :class:`ConfigSample` blocks of at most
+        ``rows_per_block`` configs each, so a caller can go through every config of a big graph holding
+        one block's codes at a time (the trainer's evaluation and prediction do).
+
+        rows: unique-config rows to visit, in the order given (``None``: all, 0..c_u−1 in order); the
+        blocks cut them into consecutive pieces, each decoded like :meth:`sample_configs` (only the row
+        groups holding its rows are read, and a layout block stops before those would hold more than
+        ``rows_per_block`` configs, so sparse rows come in smaller blocks). ``block.rows`` tells which
+        configs a block holds.
+        ``KeyError`` for an unknown graph, ``ValueError`` for rows_per_block < 1 or rows outside the
+        graph, ``BadShards`` as in :meth:`sample_configs`.
+        """
+        return self.configs.blocks(graph_id, rows_per_block, rows)
+
+    def num_unique_configs(self, graph_id: str) -> int:
+        """c_u, the graph's number of unique configs (layout: from the configs shards' footers, nothing
+        decoded; tile: its graphs row)."""
+        return self.configs.count(graph_id)
+
+    def config_runtimes(self, graph_id: str) -> np.ndarray | None:
+        """(c_u,) int64 runtimes in ns of every unique config of a graph (row r is config_id r, the
+        ``load_graph`` numbering; a fresh array), None on the test split: what sampling strategies
+        need, no codes read. Layout: derived from the graph's structure (each duplicate group's smallest
+        runtime, the stored column by the dedup rule) and kept with its other derived columns, no
+        configs row group read; tile: the ``runtime`` column of its configs rows."""
+        return self.configs.runtimes(graph_id)
+
+    # -- tables: scans.py -------------------------------------------------------------------------
+    def scan(self, table: str, collection: str, split: str | None = None,
+             storage_options: dict | None = None) -> pl.LazyFrame:
+        """A lazy polars frame over the ``table`` shards (``"graphs"``: one row per graph, ``"configs"``:
+        one row per unique config) of ``collection``, one split or all, plus a ``split`` column.
+
+        Nothing is read until ``.collect()``: polars pushes filters down to the Parquet row groups
+        (their ``graph_id`` statistics skip other graphs) and reads only the columns a query uses.
+        Columns are those of ``docs/schema.md`` (runtimes int64 ns; ``codes`` binary). Each shard is
+        confined to the folder and its schema checked as in ``load_graph``; page checksums are not
+        verified by polars (``load_graph`` and ``tpuprep verify`` do). ``ValueError`` for another
+        ``table``, ``KeyError`` for an unknown collection or split.
+
+        Remote datasets: polars reads the shard URLs with its own object-store client, not the
+        dataset's fsspec filesystem. It takes endpoint and credentials from the standard environment
+        variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, …) or from ``storage_options`` given
+        here in *polars'* spelling (``{"aws_endpoint_url": ..., "aws_region": ...}``, see
+        ``polars.scan_parquet``); the fsspec ``storage_options`` of ``open_dataset`` are not
+        translated. Locally ``storage_options`` is ignored."""
+        return scans.scan(self.files, self.manifest, table, collection, split, storage_options)
+
+    def counts(self, collection: str) -> dict[str, dict[str, int]]:
+        """Per split of ``collection``, its counts recounted from the shards themselves (not taken from
+        the manifest), under the manifest's ``COUNT_FIELDS`` keys: ``graphs``, ``configs``,
+        ``unique_configs``, ``nodes_before``/``nodes_after``, ``edges_before``/``edges_after``,
+        ``bytes_in`` (npz bytes), ``anomalies``, ``dimensions_undecided`` (sums of the ``graphs`` rows'
+        scalars, int; the last one only when the shards have it, schema >= 3.3) and ``bytes_out`` (the
+        bytes of the split's shard files on disk). One ``scan`` aggregated per split: polars reads only
+        those int columns of the ``graphs`` shards, never the features."""
+        return scans.counts(self.files, self.manifest, collection)
+
+    # -- shard files: files (shard_files.py) -------------------------------------------------------
+    def shard_path(self, i: int) -> Path | str:
+        """The file of ``manifest["shards"][i]``, confined to the dataset folder: a relative POSIX path
+        without ``..`` that resolves (symbolic links followed) inside the folder to a regular file;
+        remotely the URL of an object (not a prefix) under the dataset's prefix. Opened (pinned) on
+        the first call. Anything else is ``BadShards`` naming the manifest entry."""
+        return self.files.path(i)
+
+    def shard_size(self, i: int) -> int:
+        """Bytes of the file of ``manifest["shards"][i]`` as it was opened."""
+        return self.files.size(i)
+
+    def open_shard(self, path: Path | str) -> pq.ParquetFile:
+        """A shard (a path from ``shard_path``) opened for reading with page checksums verified, from
+        its pinned file (remotely footer and row groups are ranged GETs). ``BadShards`` naming the folder
+        when the shard's id (its footer's ``shard_id``) is not its manifest entry's: the folder was
+        rebuilt since ``open_dataset`` (shards written before shard ids have none, their entries
+        neither), or the file changed since it was opened."""
+        return self.files.open(path)
 
 
 def open_dataset(path: str | Path | Store, storage_options: dict | None = None) -> Dataset:
