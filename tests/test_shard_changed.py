@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from npzfactory import layout_arrays, tile_arrays, write
@@ -19,7 +20,7 @@ from s3server import upload_folder
 import tpuprep
 from tpuprep.build import build
 from tpuprep.errors import BadShards
-from tpuprep.shards.reader import unique_config_columns
+from tpuprep.shards import pages
 
 LAYOUT, TILE = "layout:xla:random:g", "tile:xla:t"
 SEEDS = {"a": 2, "b": 9}
@@ -49,8 +50,21 @@ def _sample(ds):
 
 
 def _pages(ds):
-    columns = unique_config_columns(ds.load_graph(LAYOUT, configs=False))
-    return lambda: ds.read_configs(LAYOUT, [0, 3, 5], columns)
+    ds.read_configs(LAYOUT, [1])  # the derived columns kept: the next read fetches codes pages only
+    return lambda: ds.read_configs(LAYOUT, [0, 3, 5])
+
+
+def _pyarrow(ds):
+    """As ``_pages``, with the direct page reader declining (``pages.sample_codes`` gives None, as for a
+    chunk it does not decode): pyarrow reads the row groups through the pinned file."""
+    read = _pages(ds)
+
+    def through_pyarrow():
+        with mock.patch.object(pages, "sample_codes", return_value=None) as declined:
+            out = read()
+        assert declined.called
+        return out
+    return through_pyarrow
 
 
 def _with_ties(ds, read):
@@ -61,7 +75,7 @@ def _with_ties(ds, read):
 READS = {
     "sample_configs": _sample,
     "read_configs_pages": _pages,
-    "read_configs_pyarrow": lambda ds: _with_ties(ds, lambda: ds.read_configs(LAYOUT, [0, 3, 5])),
+    "read_configs_pyarrow": _pyarrow,
     "iter_config_blocks": lambda ds: _with_ties(ds, lambda: list(ds.iter_config_blocks(LAYOUT, rows_per_block=50))),
     "load_graph": lambda ds: ds.graph_row(LAYOUT) and (lambda: ds.load_graph(LAYOUT).node_config_feat([0, 1])),
     "graph_row": lambda ds: lambda: ds.graph_row(LAYOUT),
