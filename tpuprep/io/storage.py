@@ -92,16 +92,25 @@ def filesystem_class(scheme: str, what: str) -> type:
                          "s3://, gs:// or another fsspec protocol)") from None
 
 
-def resolve(target: str | os.PathLike, storage_options: dict | None = None, *, what: str = "path") -> Store:
+def resolve(target: str | os.PathLike, storage_options: dict | None = None, *, what: str = "path",
+            cache_dir: str | os.PathLike | None = None, cache_bytes: int | None = None) -> Store:
     """The ``Store`` of a local path or URL (``what`` names the argument in errors: ``--dst``).
     A local store is rooted at the absolute path (``~`` expanded; links kept: ``Store.resolved``
-    follows them); its ``display`` is the path as given."""
+    follows them); its ``display`` is the path as given. With ``cache_dir``, a URL's store reads shards
+    through that local cache folder of at most ``cache_bytes`` bytes (``cache_store.CachedStore``; a
+    local folder is read in place and needs none)."""
     text = os.fspath(target)
     where = location(text, what)
+    if cache_dir is not None or cache_bytes is not None:
+        # imported here: SQLite and the cache's code only for who asks for a cache
+        from .cache_store import cached, check_cache
+
+        check_cache(cache_dir, cache_bytes)  # also for a local folder: a mistake is refused everywhere
     if isinstance(where, Path):
         return LocalStore(root=str(where.expanduser().absolute()), display=str(where) if _scheme(text) else text)
     scheme = _scheme(where)
     cls = filesystem_class(scheme, f"{what} {without_credentials(where)}")
     fs = cls(**(storage_options or {}))
-    return RemoteStore(root=cls._strip_protocol(where).rstrip("/"), display=without_credentials(where), fs=fs,
-                       protocol=scheme, options=storage_options or None)
+    store = RemoteStore(root=cls._strip_protocol(where).rstrip("/"), display=without_credentials(where), fs=fs,
+                        protocol=scheme, options=storage_options or None)
+    return store if cache_dir is None else cached(store, cache_dir, cache_bytes)

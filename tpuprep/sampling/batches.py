@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -206,9 +207,11 @@ class ConfigBatches:
     def _own_dataset(self) -> None:
         """In a process forked after the dataset was opened (a fork DataLoader worker), open it again:
         pyarrow's open files and their read caches must not be shared with the parent (reads can
-        hang). The cache's arrays, inherited, stay valid."""
+        hang), nor an object store's client (fsspec's are not fork-safe), so the store is made again
+        as a spawned worker gets it (pickled: the same location, options and bucket cache). The
+        cache's arrays, inherited, stay valid."""
         if self._opened_in != os.getpid():
-            self.ds = Dataset(str(self.ds.root), storage_options=self.ds.storage_options)
+            self.ds = Dataset(pickle.loads(pickle.dumps(self.ds.store)))
             self._opened_in = os.getpid()
 
     def __iter__(self) -> Iterator[ConfigBatch]:
@@ -260,20 +263,21 @@ class ConfigBatches:
         return ConfigBatch(graph_id, cached.structure.collection, self.split, cached.structure, sample, epoch, 0)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its folder
-        and its ``storage_options`` (so a worker opens it again with the same credentials; they are
-        never shown by ``repr`` or ``state_dict``); the cache starts empty; the epoch and resume point
-        stay shared with this object when a worker is being started (``SharedProgress``)."""
+        """Picklable (DataLoader workers started by spawn/forkserver): the dataset travels as its store
+        (``io.store.Store``: its folder or URL, its ``storage_options`` — so a worker opens it again with
+        the same credentials; they are never shown by ``repr`` or ``state_dict`` — and a bucket cache's
+        ``cache_dir``); the cache starts empty; the epoch and resume point stay shared with this object
+        when a worker is being started (``SharedProgress``)."""
         state = dict(vars(self))
-        state["ds"] = (str(self.ds.root), self.ds.storage_options)
+        state["ds"] = self.ds.store
         for local in ("cache", "_pass", "_position", "_next", "_local", "_opened_in"):
             del state[local]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        root, options = state.pop("ds")
+        store = state.pop("ds")
         vars(self).update(state)
-        self.ds = Dataset(root, storage_options=options)
+        self.ds = Dataset(store)
         self._opened_in = os.getpid()
         self._reset_local()
 

@@ -247,7 +247,8 @@ class Dataset:
         return self.files.open(path)
 
 
-def open_dataset(path: str | Path | Store, storage_options: dict | None = None) -> Dataset:
+def open_dataset(path: str | Path | Store, storage_options: dict | None = None, *,
+                 cache_dir: str | Path | None = None, cache_bytes: int | None = None) -> Dataset:
     """Open a shard folder written by ``tpuprep build`` (reads and checks its manifest.json): a local
     folder or a URL (``s3://bucket/shards``, ``gs://…``, any fsspec protocol) read with the same checks,
     or a ``Store`` already resolved (``io.storage.resolve``; its own storage options then apply).
@@ -257,9 +258,18 @@ def open_dataset(path: str | Path | Store, storage_options: dict | None = None) 
     sources (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, …). Sampled reads of a remote dataset fetch
     the footers once, then only the byte ranges of the row groups they need.
 
+    ``cache_dir`` (a local folder, shared by the processes of this host) and ``cache_bytes`` (at most
+    that many bytes in it, least recently used out; None: unbounded) read a URL's shards through a
+    local cache: footers and 16 MiB blocks of each object as first read, so later epochs and other
+    processes read them from disk; each shard's version is still asked when it is opened, and a
+    replaced object is fetched again, never served stale (docs/readers.md, "Shards in object storage").
+    A local folder is read in place (the cache is not used).
+
     Raises ``BadShards`` for a folder that cannot be trusted (no, malformed or foreign manifest, unknown
     format or major schema version, a shard path leaving the folder or prefix), ``FatalError`` for a
     missing bucket or a denied request (one line naming the URL) and ``UsageError`` for an unknown
     scheme or a missing filesystem package (e.g. ``pip install 'tpuprep[s3]'``).
     """
+    if cache_dir is not None or cache_bytes is not None:
+        path = resolve(path, storage_options, what="shard folder", cache_dir=cache_dir, cache_bytes=cache_bytes)
     return Dataset(path, storage_options=storage_options)

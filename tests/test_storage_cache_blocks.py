@@ -1,0 +1,262 @@
+"""The bucket cache's disk side, ``io.block_cache.BlockCache``, on its own (no object store): a block
+appears whole and only once complete, the cache stays within its bytes (least recently used out), a
+block larger than the cache is not cached (never a wait), a file the cache did not write is never read
+as a block nor deleted, a dead writer's block is settled by the next process, and processes waiting
+for a block another is writing get it once it is whole (issue #38 item 3). Real processes, real
+``flock``s, a real SQLite index."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tpuprep.errors import FatalError
+from tpuprep.io import block_cache as bc
+from tpuprep.io.block_cache import BlockCache, block_name
+
+
+def _want(tag: str, size: int) -> tuple[str, str, int]:
+    return block_name(tag), tag, size
+
+
+def _put(cache: BlockCache, tag: str, data: bytes) -> str:
+    """Reserve, write and commit the block ``tag``; its name."""
+    claims = cache.claim([_want(tag, len(data))])
+    assert len(claims.reserved) == 1, claims
+    assert cache.commit(claims.reserved[0], data)
+    return block_name(tag)
+
+
+def _files(cache: BlockCache) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in cache.blocks.iterdir()}
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No ``BlockCache`` shared between tests of one process; last uses written at every read."""
+    monkeypatch.setattr(bc, "_CACHES", {})
+    monkeypatch.setattr(bc, "TOUCH_SECONDS", 0.0)
+
+
+def test_a_block_is_read_only_once_whole(tmp_path, fresh):
+    cache = BlockCache(tmp_path, None)
+    name = block_name("a")
+    claims = cache.claim([_want("a", 10)])
+    res = claims.reserved[0]
+    assert cache.read(name, [(0, 10)]) is None  # pending: nobody reads it
+    assert not (cache.blocks / name).exists()
+    other = BlockCache(tmp_path, None)  # another handle (another process would see the same)
+    again = other.claim([_want("a", 10)])
+    assert list(again.busy) == [name] and not again.reserved
+    assert cache.commit(res, b"0123456789")
+    assert cache.read(name, [(2, 5), (0, 10)]) == [b"234", b"0123456789"]
+    assert other.read(name, [(9, 10)]) == [b"9"]
+    assert not list(cache.tmp.iterdir())  # the temporary is gone
+    assert cache.usage() == {"ready": 1, "pending": 0, "bytes": 10}
+
+
+def test_a_commit_of_the_wrong_size_is_refused_and_nothing_kept(tmp_path, fresh):
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+    with pytest.raises(ValueError, match="9 bytes, 10 expected"):
+        cache.commit(res, b"012345678")
+    assert cache.usage()["bytes"] == 0 and not list(cache.tmp.iterdir()) and not _files(cache)
+
+
+def test_least_recently_used_blocks_go_first_and_the_bytes_stay_within_the_cap(tmp_path, fresh):
+    cache = BlockCache(tmp_path, 30)
+    names = [_put(cache, tag, tag.encode() * 10) for tag in "abc"]
+    assert sum(_files(cache).values()) == 30
+    cache.read(names[0], [(0, 1)])  # a used again: b is now the least recently used
+    _put(cache, "d", b"d" * 10)
+    assert set(_files(cache)) == {names[0], names[2], block_name("d")}
+    _put(cache, "e", b"e" * 25)  # needs three blocks' room: a, c, d go (oldest first), e stays alone
+    assert _files(cache) == {block_name("e"): 25}
+    assert cache.usage() == {"ready": 1, "pending": 0, "bytes": 25}
+
+
+def test_a_block_larger_than_the_cache_is_read_without_it(tmp_path, fresh):
+    cache = BlockCache(tmp_path, 8)
+    started = time.monotonic()
+    claims = cache.claim([_want("big", 9), _want("small", 8)])
+    assert claims.uncached == [block_name("big")] and [r.key for r in claims.reserved] == ["small"]
+    assert time.monotonic() - started < 5
+    assert BlockCache(tmp_path / "zero", 0).claim([_want("x", 1)]).uncached == [block_name("x")]
+    zero = BlockCache(tmp_path / "zero", 0)
+    res = zero.claim([_want("empty", 0)]).reserved  # an empty block fits even a cache of 0 bytes
+    assert zero.commit(res[0], b"") and zero.read(block_name("empty"), [(0, 0)]) == [b""]
+
+
+def test_pending_blocks_count_against_the_cap_so_no_room_means_uncached(tmp_path, fresh):
+    cache = BlockCache(tmp_path, 20)
+    first = cache.claim([_want("a", 15)])
+    second = BlockCache(tmp_path, 20).claim([_want("b", 10)])  # a's 15 bytes are reserved, not evictable
+    assert second.uncached == [block_name("b")]
+    cache.commit(first.reserved[0], b"a" * 15)
+    third = BlockCache(tmp_path, 20).claim([_want("b", 10)])  # now a is ready: evicted for b
+    assert [r.key for r in third.reserved] == ["b"] and not (cache.blocks / block_name("a")).exists()
+
+
+def test_files_the_cache_did_not_write_are_never_read_nor_deleted(tmp_path, fresh):
+    (tmp_path / "users-notes.txt").write_text("mine")
+    cache = BlockCache(tmp_path, 20)
+    (cache.home / "readme.txt").write_text("also mine")
+    stray = cache.blocks / block_name("never-written")
+    stray.write_bytes(b"not a block")
+    a = _put(cache, "a", b"a" * 10)
+    b = _put(cache, "b", b"b" * 10)
+    replaced, swapped = cache.blocks / a, cache.blocks / b  # a user puts other files where blocks were
+    for path in (replaced, swapped):
+        path.unlink()
+        path.write_bytes(b"Z" * 10)
+    fresh_handle = BlockCache(tmp_path, 20)
+    assert fresh_handle.read(a, [(0, 10)]) is None  # same name and size, not the file the cache wrote
+    for tag in "cdefgh":  # eviction goes round many times (b's row is evicted, its file left alone)
+        _put(fresh_handle, tag, tag.encode() * 10)
+    assert replaced.read_bytes() == b"Z" * 10 and stray.read_bytes() == b"not a block"
+    assert swapped.read_bytes() == b"Z" * 10
+    assert (tmp_path / "users-notes.txt").read_text() == "mine"
+    assert (cache.home / "readme.txt").read_text() == "also mine"
+    claims = fresh_handle.claim([_want("a", 10)])  # a again: its name is taken by the user's file
+    assert not fresh_handle.commit(claims.reserved[0], b"a" * 10)  # not placed, nothing replaced
+    assert replaced.read_bytes() == b"Z" * 10 and not list(cache.tmp.iterdir())
+
+
+def test_a_full_disk_leaves_the_block_uncached(tmp_path, fresh, monkeypatch):
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    assert not cache.commit(res, b"a" * 10)
+    assert cache.usage()["bytes"] == 0 and not list(cache.tmp.iterdir()) and not _files(cache)
+
+
+def test_a_folder_that_cannot_be_a_cache_is_one_line(tmp_path, fresh):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(FatalError, match=r"^cache_dir .*file: cannot be used as a cache: "):
+        BlockCache(blocker, None)
+
+
+# ----------------------------------------------------------------------------------- processes
+
+
+def _reserve_and_die(folder: str, link_first: bool) -> None:
+    """Reserve block "a", write it, (optionally link it whole to its name,) then be killed."""
+    cache = BlockCache(folder, 100)
+    res = cache.claim([_want("a", 4)]).reserved[0]
+    os.pwrite(res.fd, b"aaaa", 0)
+    if link_first:
+        os.link(cache.tmp / res.temp, cache.blocks / res.name)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("link_first", [False, True])
+def test_a_dead_writers_block_is_settled_by_the_next_claim(tmp_path, fresh, link_first):
+    proc = multiprocessing.get_context("fork").Process(target=_reserve_and_die, args=(str(tmp_path), link_first))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    cache = BlockCache(tmp_path, 100)
+    assert cache.usage()["pending"] == 1
+    claims = cache.claim([_want("a", 4)])
+    if link_first:  # it had placed the whole block: adopted, its temporary removed
+        assert claims.ready == [block_name("a")] and cache.read(block_name("a"), [(0, 4)]) == [b"aaaa"]
+    else:  # its half-done temporary is deleted, the block reserved anew
+        assert [r.key for r in claims.reserved] == ["a"]
+        assert cache.commit(claims.reserved[0], b"AAAA")
+        assert cache.read(block_name("a"), [(0, 4)]) == [b"AAAA"]
+    assert not list(cache.tmp.iterdir())
+
+
+def _write_slowly(folder: str, started, data: bytes) -> None:
+    cache = BlockCache(folder, None)
+    res = cache.claim([_want("a", len(data))]).reserved[0]
+    started.set()
+    time.sleep(1.0)
+    cache.commit(res, data)
+
+
+def test_a_reader_waits_for_the_writer_and_then_reads_the_whole_block(tmp_path, fresh):
+    ctx = multiprocessing.get_context("spawn")
+    started = ctx.Event()
+    proc = ctx.Process(target=_write_slowly, args=(str(tmp_path), started, b"x" * 1000))
+    proc.start()
+    assert started.wait(60)
+    cache = BlockCache(tmp_path, None)
+    claims = cache.claim([_want("a", 1000)])
+    assert list(claims.busy) == [block_name("a")]
+    assert cache.read(block_name("a"), [(0, 1000)]) is None
+    assert cache.wait(list(claims.busy.values()), time.monotonic() + 60)
+    assert cache.read(block_name("a"), [(0, 1000)]) == [b"x" * 1000]
+    proc.join(30)
+
+
+def test_a_wait_ends_at_its_deadline(tmp_path, fresh):
+    cache = BlockCache(tmp_path, None)
+    claims = cache.claim([_want("a", 4)])
+    other = BlockCache(tmp_path, None)
+    busy = other.claim([_want("a", 4)]).busy
+    started = time.monotonic()
+    assert not other.wait(list(busy.values()), time.monotonic() + 0.3)
+    assert 0.25 < time.monotonic() - started < 5
+    cache.abandon(claims.reserved[0])
+    assert other.wait(list(busy.values()), time.monotonic() + 5)  # an abandoned block: done at once
+    assert cache.usage() == {"ready": 0, "pending": 0, "bytes": 0}
+
+
+def _hammer(folder: str, seed: int, out) -> None:
+    """Many claims and reads of 12 blocks of 100 bytes in a cache of 500, in random order."""
+    import random
+
+    rng = random.Random(seed)
+    cache = BlockCache(folder, 500)
+    bad = 0
+    for _ in range(300):
+        tag = f"b{rng.randrange(12)}"
+        data = tag.encode().ljust(100, b".")
+        name = block_name(tag)
+        got = cache.read(name, [(0, 100)])
+        if got is None:
+            claims = cache.claim([_want(tag, 100)])
+            for res in claims.reserved:
+                cache.commit(res, data)
+            if claims.busy:
+                cache.wait(list(claims.busy.values()), time.monotonic() + 60)
+            got = cache.read(name, [(0, 100)])
+        if got is not None and got[0] != data:
+            bad += 1
+    out.put(bad)
+
+
+def test_processes_sharing_a_small_cache_never_read_a_wrong_or_partial_block(tmp_path, fresh):
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(str(tmp_path), seed, out)) for seed in range(3)]
+    for p in procs:
+        p.start()
+    bad = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert bad == [0, 0, 0]
+    cache = BlockCache(tmp_path, 500)
+    usage = cache.usage()
+    assert usage["pending"] == 0 and usage["bytes"] <= 500
+    assert sum(_files(cache).values()) <= 500 and not list(cache.tmp.iterdir())
+    rows = sqlite3.connect(cache.home / "index.sqlite").execute("SELECT name FROM blocks").fetchall()
+    assert {r[0] for r in rows} == set(_files(cache))
+
+
+def test_the_index_path_is_inside_the_cache_folder(tmp_path, fresh):
+    cache = BlockCache(tmp_path / "c", 1)
+    assert cache.home == Path(tmp_path / "c" / bc.FOLDER) and (cache.home / "index.sqlite").is_file()

@@ -1,0 +1,417 @@
+"""``BlockCache``: a local folder of byte blocks that processes on one host share (the bucket cache's
+disk side; ``io.cache_store`` decides which blocks an object has and fetches them).
+
+A block is named by its *key* (what it holds: an object's URL, version and byte range; the caller
+makes it), stored under ``<cache_dir>/tpuprep-cache/blocks/<sha256 of the key>``, and listed in the
+index ``<cache_dir>/tpuprep-cache/index.sqlite`` (SQLite: one row per block the cache wrote — name,
+key, size, the device and inode of the file it wrote, state, last use). The index is the cache's
+record of what it wrote: a block is read only when its row says the cache wrote that very file
+(device, inode, size), and only such a file is ever deleted. A user's file in ``cache_dir`` (or
+anywhere else) is never read as a block nor deleted (MosaicML streaming #988 deleted local-only
+shards), and a file the cache once wrote but that was replaced since is left alone.
+
+Every block appears whole. A block is first *reserved* (a ``pending`` row, in one transaction that
+also makes room for it): its bytes go to a temporary file in ``tmp/`` that the writer holds an
+exclusive ``flock`` on; when complete the temporary is hard-linked to its name (``os.link`` never
+replaces anything) and its row becomes ``ready`` in one transaction. Nobody reads a pending block:
+another process that wants it waits on the writer's ``flock`` (a dead writer's lock is released by
+the kernel, so a pending row whose temporary is not locked is stale: removed at the next
+reservation), for at most ``WAIT_SECONDS``, then reads the bytes itself without caching them.
+
+Size: the rows (ready and pending) never sum to more than ``capacity`` bytes: a reservation evicts
+the least recently used ready blocks first, and a block larger than the capacity, or one for which
+no room can be made (the rest reserved by others), is not cached: ``claim`` says so and the caller
+reads those bytes without the cache (never a hang: MosaicML streaming #417).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import itertools
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FatalError, one_line
+
+FOLDER = "tpuprep-cache"
+"""The cache's own folder inside the ``cache_dir`` a user gives (their other files stay beside it)."""
+WAIT_SECONDS = 120.0
+"""How long a reader waits for another process to finish writing a block it needs, before it reads
+those bytes itself without caching them."""
+TOUCH_SECONDS = 5.0
+"""A block's last use is written to the index at most this often per process (the LRU order)."""
+OPEN_BLOCKS = 16
+"""Block files a process keeps open (least recently used closed first). A block another process
+evicts stays readable through an open descriptor (the bytes are still the block's) until it is closed."""
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS blocks (
+    name TEXT PRIMARY KEY,      -- the file's name in blocks/ (sha256 of key)
+    key TEXT NOT NULL,          -- what it holds (object URL, version, byte range)
+    size INTEGER NOT NULL,      -- bytes
+    state TEXT NOT NULL,        -- 'pending' (being written to temp) or 'ready' (at blocks/name)
+    temp TEXT,                  -- pending: the temporary's name in tmp/
+    ident TEXT,                 -- 'device:inode' of the file the cache wrote (temporary, then block)
+    used REAL NOT NULL          -- last use (time.time()); the LRU order
+);
+CREATE INDEX IF NOT EXISTS blocks_by_use ON blocks (state, used);
+"""
+_FORKED: list[sqlite3.Connection] = []  # connections a forked child inherited: never used, never closed
+
+
+def block_name(key: str) -> str:
+    """The file name of the block ``key`` (64 hex digits)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Reservation:
+    """A block this process is writing: ``fd`` is its temporary (open, ``flock``-ed), ``size`` the
+    bytes it must receive."""
+
+    name: str
+    key: str
+    size: int
+    temp: str
+    fd: int
+
+
+@dataclass
+class Claims:
+    """What ``BlockCache.claim`` decided for each block wanted: ``ready`` (written meanwhile: read it),
+    ``reserved`` (this process writes it), ``busy`` (another process is writing it: name → its
+    temporary, to ``wait`` on) and ``uncached`` (no room: read its bytes without the cache)."""
+
+    ready: list[str] = field(default_factory=list)
+    reserved: list[Reservation] = field(default_factory=list)
+    busy: dict[str, str] = field(default_factory=dict)
+    uncached: list[str] = field(default_factory=list)
+
+
+class BlockCache:
+    """The blocks in ``folder``/tpuprep-cache, at most ``capacity`` bytes of them (None: unbounded).
+
+    One object per process and folder (``block_cache``); its methods are thread-safe. Raises
+    ``FatalError`` (one line naming the folder) when the folder cannot be created or its index opened.
+    """
+
+    def __init__(self, folder: str | os.PathLike, capacity: int | None):
+        self.folder = Path(folder)
+        self.capacity = capacity
+        self.home = self.folder / FOLDER
+        self.blocks, self.tmp = self.home / "blocks", self.home / "tmp"
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        self._pid = -1
+        self._open: OrderedDict[str, int] = OrderedDict()  # name -> fd of a ready block (validated)
+        self._touched: dict[str, float] = {}
+        self._serial = itertools.count()
+        try:
+            self.blocks.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir(exist_ok=True)
+            self._connection()
+        except (OSError, sqlite3.Error) as exc:
+            raise FatalError(f"cache_dir {self.folder}: cannot be used as a cache: {_why(exc)}") from None
+
+    # ------------------------------------------------------------------------------- the index
+
+    def _connection(self) -> sqlite3.Connection:
+        """This process's connection to the index (a forked child opens its own: SQLite connections
+        must not cross a fork)."""
+        if self._pid != os.getpid():
+            if self._db is not None:
+                _FORKED.append(self._db)
+                self._open.clear()  # the descriptors were inherited; the parent closes its own
+            self._db = sqlite3.connect(self.home / "index.sqlite", timeout=60, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._pid = os.getpid()
+        return self._db
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    # ------------------------------------------------------------------------------- reading
+
+    def read(self, name: str, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+        """The bytes [start, end) of each range of the ready block ``name``; None when the cache holds
+        no such block (never written, evicted, or the file there is not the one the cache wrote)."""
+        with self._lock:
+            fd = self._fd(name)
+            if fd is None:
+                return None
+            out = [os.pread(fd, end - start, start) for start, end in ranges]
+        if any(len(b) != end - start for b, (start, end) in zip(out, ranges, strict=True)):
+            raise ValueError(f"a read past the end of cached block {name}")  # a caller's bug, never data
+        return out
+
+    def holds(self, name: str) -> bool:
+        """Whether ``name`` is a ready block of this cache (and is opened for reads)."""
+        with self._lock:
+            return self._fd(name) is not None
+
+    def size_of(self, name: str) -> int | None:
+        """The size of the ready block ``name``, or None."""
+        with self._lock:
+            fd = self._fd(name)
+            return None if fd is None else os.fstat(fd).st_size
+
+    def _fd(self, name: str) -> int | None:
+        """An open descriptor of the ready block ``name``, checked to be the file the cache wrote."""
+        self._connection()
+        fd = self._open.get(name)
+        if fd is not None:
+            self._open.move_to_end(name)
+            self._touch(name)
+            return fd
+        row = self._connection().execute("SELECT size, ident FROM blocks WHERE name = ? AND state = 'ready'",
+                                         (name,)).fetchone()
+        if row is None:
+            return None
+        try:
+            fd = os.open(self.blocks / name, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
+        except OSError:
+            self._forget(name)
+            return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != row[0] or _ident(st) != row[1]:
+            os.close(fd)
+            self._forget(name)  # not the file the cache wrote: neither read nor deleted
+            return None
+        self._keep(name, fd)
+        self._touch(name, force=True)
+        return fd
+
+    def _keep(self, name: str, fd: int) -> None:
+        self._open[name] = fd
+        while len(self._open) > OPEN_BLOCKS:
+            os.close(self._open.popitem(last=False)[1])
+
+    def _touch(self, name: str, force: bool = False) -> None:
+        now = time.time()
+        if force or now - self._touched.get(name, 0.0) > TOUCH_SECONDS:
+            self._touched[name] = now
+            with contextlib.suppress(sqlite3.OperationalError):  # busy: the order is a hint
+                self._connection().execute("UPDATE blocks SET used = ? WHERE name = ?", (now, name))
+
+    def _forget(self, name: str) -> None:
+        """Drop the row of ``name`` (its file, if any, is not the cache's: left alone)."""
+        self._connection().execute("DELETE FROM blocks WHERE name = ? AND state = 'ready'", (name,))
+
+    # ------------------------------------------------------------------------------- writing
+
+    def claim(self, wanted: list[tuple[str, str, int]], keep: set[str] | frozenset = frozenset()) -> Claims:
+        """Decide, in one transaction, for each block (name, key, size) not held: reserve it for this
+        process (making room by evicting least recently used blocks, never those named in ``keep``:
+        the blocks the caller is about to read), or say another process is writing it, or that it
+        cannot be cached (larger than the capacity, or no room left)."""
+        out = Claims()
+        with self._lock, self._transaction() as db:
+            self._sweep(db)
+            keep = set(keep) | {name for name, _, _ in wanted}
+            for name, key, size in wanted:
+                row = db.execute("SELECT state, temp FROM blocks WHERE name = ?", (name,)).fetchone()
+                if row is not None and row[0] == "ready":
+                    out.ready.append(name)
+                elif row is not None:
+                    out.busy[name] = row[1]
+                elif not self._room(db, size, keep):
+                    out.uncached.append(name)
+                else:
+                    out.reserved.append(self._reserve(db, name, key, size))
+        return out
+
+    def _room(self, db: sqlite3.Connection, size: int, keep: set[str]) -> bool:
+        """Evict least recently used ready blocks (not those in ``keep``) until ``size`` more bytes fit."""
+        if self.capacity is None:
+            return True
+        total = db.execute("SELECT COALESCE(SUM(size), 0) FROM blocks").fetchone()[0]
+        if size > self.capacity:
+            return False
+        if total + size <= self.capacity:
+            return True
+        for name, used_bytes, ident in db.execute("SELECT name, size, ident FROM blocks WHERE state = 'ready' "
+                                                  "ORDER BY used").fetchall():
+            if name in keep:
+                continue
+            self._evict(db, name, ident)
+            total -= used_bytes
+            if total + size <= self.capacity:
+                return True
+        return False
+
+    def _evict(self, db: sqlite3.Connection, name: str, ident: str) -> None:
+        """Delete the block ``name`` if the file there is the one the cache wrote; drop its row."""
+        _unlink_if(self.blocks / name, ident)
+        db.execute("DELETE FROM blocks WHERE name = ?", (name,))
+        fd = self._open.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _reserve(self, db: sqlite3.Connection, name: str, key: str, size: int) -> Reservation:
+        while True:
+            temp = f"{name}.{os.getpid()}.{next(self._serial)}"
+            try:
+                fd = os.open(self.tmp / temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC,
+                             0o644)
+                break
+            except FileExistsError:  # left by a process that had this pid: not this one's
+                continue
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it
+        db.execute("INSERT INTO blocks (name, key, size, state, temp, ident, used) VALUES "
+                   "(?, ?, ?, 'pending', ?, ?, ?)", (name, key, size, temp, _ident(os.fstat(fd)), time.time()))
+        return Reservation(name, key, size, temp, fd)
+
+    def _sweep(self, db: sqlite3.Connection) -> None:
+        """Settle pending rows whose writer died (its temporary no longer ``flock``-ed): a block it had
+        already linked whole to its name (the file there is the temporary's, by device and inode)
+        becomes ready; otherwise the row goes, and the temporary with it (the cache's own file)."""
+        for name, temp, ident in db.execute("SELECT name, temp, ident FROM blocks WHERE state = 'pending'"
+                                            ).fetchall():
+            if _held(self.tmp / temp):
+                continue
+            _unlink_if(self.tmp / temp, ident)
+            if _is(self.blocks / name, ident):
+                db.execute("UPDATE blocks SET state = 'ready', temp = NULL WHERE name = ?", (name,))
+            else:
+                db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending'", (name,))
+
+    def commit(self, res: Reservation, data: bytes | memoryview) -> bool:
+        """Write ``data`` (exactly ``res.size`` bytes) and make the block ready; True when it is now
+        cached. False when it could not be placed (the disk is full, or a file the cache did not write
+        sits at its name): nothing of it is kept, the caller uses ``data`` once without the cache."""
+        if len(data) != res.size:
+            self.abandon(res)
+            raise ValueError(f"block {res.key}: {len(data)} bytes, {res.size} expected")
+        try:
+            view, done = memoryview(data), 0
+            while done < res.size:
+                done += os.pwrite(res.fd, view[done:], done)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                self.abandon(res)
+                raise
+            self.abandon(res)
+            return False
+        with self._lock, self._transaction() as db:
+            try:
+                os.link(self.tmp / res.temp, self.blocks / res.name)  # never replaces a file
+            except FileExistsError:
+                placed = False
+            else:
+                placed = True
+            if placed:
+                db.execute("UPDATE blocks SET state = 'ready', temp = NULL, used = ? WHERE name = ?",
+                           (time.time(), res.name))
+            else:
+                db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending'", (res.name,))
+            os.unlink(self.tmp / res.temp)
+        if placed:
+            fcntl.flock(res.fd, fcntl.LOCK_UN)
+            with self._lock:
+                self._keep(res.name, res.fd)
+        else:
+            os.close(res.fd)
+        return placed
+
+    def abandon(self, res: Reservation) -> None:
+        """Give up a reservation (its fetch failed): row and temporary removed."""
+        with self._lock, self._transaction() as db:
+            db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending' AND temp = ?", (res.name, res.temp))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp / res.temp)
+        os.close(res.fd)
+
+    def wait(self, temps: list[str], deadline: float) -> bool:
+        """Wait until the writers of these temporaries (``Claims.busy``) are done (finished or dead);
+        False when ``deadline`` (``time.monotonic()``) came first."""
+        for temp in temps:
+            while _held(self.tmp / temp, fcntl.LOCK_SH):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+        return True
+
+    # ------------------------------------------------------------------------------- for people
+
+    def usage(self) -> dict:
+        """{"ready": blocks, "pending": blocks, "bytes": bytes of both} (for tests and benchmarks)."""
+        with self._lock:
+            rows = self._connection().execute("SELECT state, COUNT(*), COALESCE(SUM(size), 0) FROM blocks "
+                                              "GROUP BY state").fetchall()
+        counts = {state: (n, b) for state, n, b in rows}
+        return {"ready": counts.get("ready", (0, 0))[0], "pending": counts.get("pending", (0, 0))[0],
+                "bytes": sum(b for _, b in counts.values())}
+
+
+_CACHES: dict[tuple[str, int | None, int], BlockCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def block_cache(folder: str | os.PathLike, capacity: int | None) -> BlockCache:
+    """This process's ``BlockCache`` of ``folder`` with ``capacity`` (one per process: a store
+    unpickled in a DataLoader worker gets the worker's own)."""
+    key = (os.path.realpath(folder), capacity, os.getpid())
+    with _CACHES_LOCK:
+        if key not in _CACHES:
+            _CACHES[key] = BlockCache(folder, capacity)
+        return _CACHES[key]
+
+
+def _ident(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _is(path: Path, ident: str | None) -> bool:
+    """Whether ``path`` is the regular file ``ident`` (device:inode) names (no link followed)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) and _ident(st) == ident
+
+
+def _unlink_if(path: Path, ident: str | None) -> None:
+    """Delete ``path`` only if it is the regular file ``ident`` (device:inode) names."""
+    if _is(path, ident):
+        os.unlink(path)
+
+
+def _held(temp: Path, probe: int = fcntl.LOCK_EX) -> bool:
+    """Whether a live process holds the ``flock`` of this temporary against ``probe`` (False when the
+    temporary is gone). ``LOCK_EX`` asks whether its writer lives, ``LOCK_SH`` whether it still writes."""
+    try:
+        fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, probe | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also releases the lock just taken
+    return False
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
