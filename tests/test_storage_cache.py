@@ -188,7 +188,7 @@ r = Requests(mp)
 ds = opened({url!r}, {str(cache)!r}, 50 << 20)
 epoch(ds, 1)
 calls, received = r.take()
-print(json.dumps({{"calls": calls, "received": received, "shards": len(ds._pins)}}))
+print(json.dumps({{"calls": calls, "received": received, "shards": ds.files.opened}}))
 """)
     assert other["received"] <= 0.02 * bytes0
     # one request per object opened: the manifest's and each shard's size and version (HEAD), no GET

@@ -42,6 +42,11 @@ class ShardSet:
         self._footers: dict[str, pq.ParquetFile] = {}  # str(path) -> the shard opened once, footer parsed
         self._chunks: dict[tuple[str, int], pages.Chunk] = {}  # (str(path), row group) -> its codes chunk
 
+    @property
+    def opened(self) -> int:
+        """How many shard files this dataset has opened (each once, pinned to the version it saw)."""
+        return len(self._pinned)
+
     # -- naming and opening ---------------------------------------------------------------------
     def path(self, i: int) -> Path | str:
         """The file of ``entries[i]``, confined to the dataset folder (``Dataset.shard_path``), pinned on
