@@ -186,3 +186,85 @@ def test_a_batch_crosses_as_it_was_in_the_worker(transfer_bytes, monkeypatch):
         _same(again, item)
         assert len({t.untyped_storage().data_ptr() for t in again.values() if isinstance(t, torch.Tensor)}) == 1
     assert (len(blobs[1]) < 1000) == bool(transfer_bytes)  # through the ring, only the layout is pickled
+
+
+def _in_worker(monkeypatch, transfer_bytes: int):
+    """A fresh sender of ``transfer_bytes`` and a context that makes this process look like DataLoader
+    worker 0 (``get_worker_info()`` not None) while it is entered."""
+    import contextlib
+
+    import torch.utils.data._utils.worker as worker_module
+
+    from tpuprep import torch as adapter
+
+    monkeypatch.setattr(adapter, "_SENDER", adapter._Sender())
+    adapter._SENDER.transfer_bytes = transfer_bytes
+    info = worker_module.WorkerInfo(id=0, num_workers=1, seed=0, dataset=None)
+
+    @contextlib.contextmanager
+    def worker():
+        monkeypatch.setattr(worker_module, "_worker_info", info)
+        try:
+            yield adapter
+        finally:
+            monkeypatch.setattr(worker_module, "_worker_info", None)
+    return worker
+
+
+def _batch_arrays(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"graph_id": f"g:{seed}", "node_feat": rng.random((50, 140), dtype=np.float32),
+            "rows": rng.integers(0, 100, 8).astype(np.int64), "empty": np.zeros((0, 18), np.int8), "epoch": 1}
+
+
+def test_a_staged_batch_is_copied_once_into_the_ring_and_pickles_only_where_it_is(monkeypatch):
+    """In a worker a batch's arrays go straight into a ring region (``_Sender.stage``): its tensors view
+    that region, pickling it sends only the layout, and the main process rebuilds the same values. The
+    ring itself crosses with the first batch PICKLED, even when an earlier staged batch is never sent."""
+    from multiprocessing.reduction import ForkingPickler
+
+    worker = _in_worker(monkeypatch, 1 << 20)
+    with worker() as adapter:
+        dropped = adapter._SENDER.stage(_batch_arrays(0))  # staged, never sent (a worker told to stop)
+        items = [adapter._SENDER.stage(_batch_arrays(i)) for i in (1, 2)]
+        assert dropped.staged is not None and all(item.staged is not None for item in items)
+        ring = adapter._SENDER.tensor.untyped_storage().data_ptr()
+        assert items[0]["node_feat"].untyped_storage().data_ptr() == ring  # a view of the ring, no copy
+        blobs = [bytes(ForkingPickler.dumps(item)) for item in items]
+    assert len(blobs[1]) < 1000  # the layout and where, not the bytes
+    for i, blob in zip((1, 2), blobs, strict=True):
+        again = pickle.loads(blob)
+        want = _batch_arrays(i)
+        assert list(again) == list(want) and again["graph_id"] == want["graph_id"] and again["epoch"] == 1
+        for key in ("node_feat", "rows", "empty"):
+            np.testing.assert_array_equal(again[key].numpy(), want[key])
+        assert again["node_feat"].untyped_storage().data_ptr() != ring  # the main process's own buffer
+
+
+def test_a_staged_batch_changed_in_the_worker_is_sent_as_changed(monkeypatch):
+    """A collate function in the worker that replaces or reshapes a tensor of a staged batch: the batch
+    is pickled with its bytes (the generic path), so the main process gets what the worker made."""
+    import copy
+    from multiprocessing.reduction import ForkingPickler
+
+    worker = _in_worker(monkeypatch, 1 << 20)
+    with worker() as adapter:
+        item = adapter._SENDER.stage(_batch_arrays(3))
+        changed = copy.copy(item)  # as DataLoader's default_convert does: the staging is kept
+        assert changed.staged == item.staged
+        changed["node_feat"] = changed["node_feat"] * 2
+        reshaped = copy.copy(item)
+        reshaped["rows"] = reshaped["rows"].view(2, 4)
+        blobs = [bytes(ForkingPickler.dumps(x)) for x in (changed, reshaped)]
+    want = _batch_arrays(3)
+    np.testing.assert_array_equal(pickle.loads(blobs[0])["node_feat"].numpy(), want["node_feat"] * 2)
+    np.testing.assert_array_equal(pickle.loads(blobs[1])["rows"].numpy(), want["rows"].reshape(2, 4))
+
+
+def test_without_room_in_the_ring_a_batch_is_not_staged(monkeypatch):
+    """A batch over half the ring is not staged (``stage`` gives None) and ``_tensors_of``'s fallback
+    sends its bytes in the pickle."""
+    worker = _in_worker(monkeypatch, 4096 + 64)
+    with worker() as adapter:
+        assert adapter._SENDER.stage(_batch_arrays(4)) is None
+        assert adapter._SENDER.stage({"rows": np.arange(8, dtype=np.int64)}) is not None

@@ -105,17 +105,28 @@ class BatchTensors(dict):
     main process, it travels through the worker's shared ring (``sampling.transfer``), and the main
     process rebuilds it with tensors in one fresh buffer of its own."""
 
-    def __copy__(self) -> BatchTensors:
-        return BatchTensors(self)
+    staged: tuple[Any, ...] | None = None
+    """In a DataLoader worker: (ring key, start, end, layout) of the ring region its tensors view
+    (``_Sender.stage``), so that pickling it sends only where its bytes are."""
+
+    def __copy__(self) -> BatchTensors:  # DataLoader's default_convert copies the item in the worker
+        out = BatchTensors(self)
+        out.staged = self.staged
+        return out
 
 
 def _tensors_of(batch: ConfigBatch) -> BatchTensors:
-    """A batch as the item this process yields. In a DataLoader worker the item only goes to the ring
-    (``_reduce``) and the main process builds the user's one-buffer item: the sample's own arrays
-    (fresh, writable) are wrapped instead of copied there, and only the cached structure is copied."""
+    """A batch as the item this process yields. In a DataLoader worker the item only goes to the main
+    process, which builds the user's one-buffer item from it: its arrays are copied once, straight into
+    a region of the worker's ring (``_Sender.stage``; the item's tensors view that region, and pickling it
+    sends only where it is). Without room in the ring the sample's own arrays (fresh, writable) are
+    wrapped, only the cached structure is copied, and pickling copies the bytes (``_reduce``)."""
     arrays = batch_arrays(batch)
     if get_worker_info() is None:
         return to_tensors(arrays)
+    staged = _SENDER.stage(arrays)
+    if staged is not None:
+        return staged
     wrapped = {key: torch.from_numpy(value) for key, value in arrays.items()
                if isinstance(value, np.ndarray) and value.flags.owndata and value.flags.writeable}
     out = to_tensors({key: value for key, value in arrays.items() if key not in wrapped})
@@ -158,9 +169,9 @@ class _Sender:
         self.ring: Ring | None = None
         self.sent = False
 
-    def reserve(self, nbytes: int) -> tuple[Any, int] | None:
-        """(the ring's reference for a pickle, start) of a region of ``nbytes`` for the next batch, or
-        None (no ring, or no room now)."""
+    def reserve(self, nbytes: int) -> int | None:
+        """The start of a region of ``nbytes`` of this process's ring for the next batch, or None (no
+        ring, or no room now). Call with ``lock`` held."""
         if self.pid != os.getpid():  # a new worker process (fork copies the parent's sender)
             self.pid, self.tensor, self.ring, self.sent = os.getpid(), None, None, False
             self.key = (os.getpid(), os.urandom(8).hex())
@@ -169,12 +180,39 @@ class _Sender:
                 self.ring = Ring(self.tensor.numpy())
         if self.ring is None:
             return None
-        start = self.ring.reserve(nbytes)
-        if start is None:
-            return None
+        return self.ring.reserve(nbytes)
+
+    def reference(self) -> tuple[Any, torch.Tensor | None]:
+        """(ring key, the ring's tensor the first time, else None) for a pickle about to be sent: the
+        main process receives the ring's file descriptor once, with the first batch pickled (batches are
+        pickled in the order they are sent). Call with ``lock`` held."""
         ref = (self.key, None if self.sent else self.tensor)
         self.sent = True
-        return ref, start
+        return ref
+
+    def stage(self, arrays: dict[str, Any]) -> BatchTensors | None:
+        """``arrays`` (a batch) copied into a new region of the ring, as a ``BatchTensors`` whose tensors
+        view that region (``staged`` says where), or None without room."""
+        keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
+        values = [np.ascontiguousarray(arrays[key]) for key in keys]
+        offsets, total = aligned_offsets([v.nbytes for v in values])
+        with self.lock:
+            start = self.reserve(total)
+            if start is None:
+                return None
+            region = self.ring.region(start, total)
+            for value, offset in zip(values, offsets, strict=True):
+                region[offset:offset + value.nbytes] = value.reshape(-1).view(np.uint8)
+            base = HEADER + start % self.ring.capacity
+            item = BatchTensors(arrays)
+            layout = []
+            for key, value, offset in zip(keys, values, offsets, strict=True):
+                dtype = _torch_dtype(value.dtype)
+                view = self.tensor[base + offset:base + offset + value.nbytes].view(dtype).view(value.shape)
+                item[key] = view
+                layout.append((key, dtype, tuple(value.shape), offset, value.nbytes))
+            item.staged = (self.key, start, start + total, layout)
+        return item
 
 
 _SENDER = _Sender()
@@ -190,20 +228,41 @@ def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
         return BatchTensors, (dict(item),)
     tensors = {k: v for k, v in item.items() if isinstance(v, torch.Tensor)}
     others = {k: v for k, v in item.items() if not isinstance(v, torch.Tensor)}
+    if _still_staged(item, tensors):  # its bytes are in the ring already: send where
+        _, start, end, layout = item.staged
+        with _SENDER.lock:
+            ref = _SENDER.reference()
+        return _rebuild, ((*ref, start, end), None, layout, others, tuple(item))
     arrays = [t.detach().cpu().contiguous().numpy() for t in tensors.values()]
     offsets, total = aligned_offsets([a.nbytes for a in arrays])
     layout = [(key, t.dtype, tuple(t.shape), start, a.nbytes)
               for (key, t), a, start in zip(tensors.items(), arrays, offsets, strict=True)]
     with _SENDER.lock:
-        got = _SENDER.reserve(total)
-        target = np.zeros(total, np.uint8) if got is None else _SENDER.ring.region(got[1], total)
-        for a, start in zip(arrays, offsets, strict=True):
-            target[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
+        start = _SENDER.reserve(total)
+        target = np.zeros(total, np.uint8) if start is None else _SENDER.ring.region(start, total)
+        for a, offset in zip(arrays, offsets, strict=True):
+            target[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+        ref = None if start is None else _SENDER.reference()
     keys = tuple(item)
-    if got is None:
+    if ref is None:
         return _rebuild, (None, target.tobytes(), layout, others, keys)
-    (key, tensor), start = got
-    return _rebuild, ((key, tensor, start, start + total), None, layout, others, keys)
+    return _rebuild, ((*ref, start, start + total), None, layout, others, keys)
+
+
+def _still_staged(item: BatchTensors, tensors: dict[str, torch.Tensor]) -> bool:
+    """Whether ``item``'s tensors are still exactly the ring views ``_Sender.stage`` made (a collate
+    function in the worker may have replaced or reshaped some), in this worker process."""
+    if item.staged is None or item.staged[0] != _SENDER.key or _SENDER.tensor is None:
+        return False
+    _, start, _, layout = item.staged
+    base = _SENDER.tensor.data_ptr() + HEADER + start % _SENDER.ring.capacity
+    if len(layout) != len(tensors):
+        return False
+    for name, dtype, shape, offset, _nbytes in layout:
+        t = tensors.get(name)
+        if t is None or t.data_ptr() != base + offset or t.dtype != dtype or tuple(t.shape) != shape:
+            return False
+    return True
 
 
 def _rebuild(ref: tuple[Any, ...] | None, blob: bytes | None, layout: list[tuple[Any, ...]],
