@@ -344,3 +344,108 @@ def test_config_id_delta_pages_decode_as_pyarrow_reads_them(values, page_rows):
     start = col.data_page_offset
     got = pages.chunk_ints(data[start:start + col.total_compressed_size], len(values), col.compression)
     assert [int(v) for v in got] == values
+
+
+# ------------------------------------------------------------------- planted-bug gaps (issue #36)
+
+
+_UNCOMPRESSED = {"compression": "none", "compression_level": None}
+
+
+def _uncompressed_chunk(seed: int = 4) -> tuple[bytes, pages.Chunk, np.ndarray]:
+    """(bytes of one row group's ``codes`` chunk written UNCOMPRESSED with page CRCs, its Chunk, the
+    (40, 12·3) uint8 values it holds): a flipped byte there is not caught by zstd, only by the CRC."""
+    data, codes = _shard([40], 3, seed, **_UNCOMPRESSED)
+    chunk = pages.chunk_info(pq.ParquetFile(io.BytesIO(data)).metadata, 0)
+    assert chunk.codec == "UNCOMPRESSED"
+    return data[chunk.start:chunk.end], chunk, codes
+
+
+def test_a_flipped_value_byte_in_an_uncompressed_page_fails_its_crc():
+    """The CRC is the only check a flipped byte of a stored value meets (no inflate to fail first):
+    without it the wrong value would be returned as the config's codes."""
+    block, chunk, codes = _uncompressed_chunk()
+    assert np.array_equal(pages.chunk_values(block, 40, chunk.codec, 36), codes)
+    bad = bytearray(block)
+    bad[-7] ^= 0x01  # inside the last value's bytes
+    with pytest.raises(pages.Unhandled, match="CRC-32 differs"):
+        pages.chunk_values(bytes(bad), 40, chunk.codec, 36)
+    data, _ = _shard([40], 3, 4, **_UNCOMPRESSED)
+    corrupt = bytearray(data)
+    corrupt[chunk.end - 7] ^= 0x01
+    assert _direct(bytes(corrupt), [40], np.array([39, 0]), 3) is None  # pyarrow reads it (and refuses)
+
+
+def test_pages_that_do_not_fill_their_column_chunk_are_declined():
+    """The footer's chunk ends after the last page: bytes left over (a chunk longer than its pages, or a
+    page count short of the footer's values) are not a chunk this reader understands."""
+    block, chunk, _ = _uncompressed_chunk()
+    with pytest.raises(pages.Unhandled, match="the pages hold 40 values"):
+        pages.chunk_values(block + b"\0" * 9, 40, chunk.codec, 36)
+    with pytest.raises(pages.Unhandled, match="the pages hold 40 values, the footer says 39"):
+        pages.chunk_values(block, 39, chunk.codec, 36)
+
+
+def test_the_page_header_cache_tells_encodings_apart(monkeypatch):
+    """A header parsed once as PLAIN is cached; the same bytes asked for as DELTA_BINARY_PACKED must be
+    parsed (and declined) again, not served as a PLAIN page from the cache."""
+    monkeypatch.setattr(pages, "_HEADERS", {})
+    block, _, _ = _uncompressed_chunk()
+    page = pages.page_header(block, 0, pages.PLAIN)
+    assert page.encoding == pages.PLAIN and pages.page_header(block, 0, pages.PLAIN) is page  # cached
+    with pytest.raises(pages.Unhandled, match="not of encoding 5"):
+        pages.page_header(block, 0, pages.DELTA_BINARY_PACKED)
+
+
+def test_a_chunk_cut_inside_a_page_is_declined_as_such():
+    block, chunk, _ = _uncompressed_chunk()
+    with pytest.raises(pages.Unhandled, match="a page past the chunk's end"):
+        pages.chunk_values(block[:-5], 40, chunk.codec, 36)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return out
+
+
+def _header(size: int, filler: int) -> bytes:
+    """A DATA_PAGE header (Thrift compact) whose DataPageHeader, with a ``filler``-byte max statistic,
+    comes first and the page sizes last: two such headers share their first ``filler`` bytes."""
+    def i32(n: int) -> bytes:
+        return _varint((n << 1) ^ (n >> 31))
+
+    data_page = (b"\x15" + i32(3) + b"\x15" + i32(pages.PLAIN) + b"\x15" + i32(3) + b"\x15" + i32(3)
+                 + b"\x1c" + b"\x58" + _varint(filler) + b"m" * filler + b"\x00" + b"\x00")
+    return (b"\x5c" + data_page + b"\x05\x02" + i32(pages.DATA_PAGE)  # field 5, then field 1 by its id
+            + b"\x15" + i32(size) + b"\x15" + i32(size) + b"\x00")
+
+
+def test_a_header_longer_than_the_cache_key_is_never_served_from_the_cache(monkeypatch):
+    """The cache key is a header's first bytes: two headers equal in those bytes but not after them (here
+    their sizes) must each be parsed, never one served as the other."""
+    monkeypatch.setattr(pages, "_HEADERS", {})
+    a, b = _header(100, 90), _header(120, 90)
+    assert a[:pages._HEADER_KEY] == b[:pages._HEADER_KEY] and a != b
+    assert (pages.page_header(a, 0).size, pages.page_header(b, 0).size) == (100, 120)
+    short = _header(100, 3)  # a short header is cached, and the cache gives it back for its bytes
+    assert pages.page_header(short, 0) is pages.page_header(bytes(short), 0)
+
+
+def test_a_constant_step_wrapping_past_int32_decodes_as_pyarrow_reads_it():
+    """One delta throughout is returned as a range only while it stays within int32: past 2^31−1 the
+    encoding wraps (the column is int32), so the values are the wrapped ones pyarrow gives."""
+    values = [2**31 - 3, 2**31 - 2, 2**31 - 1, -2**31, -2**31 + 1]  # a step of 1 in int32 arithmetic
+    table = pa.table({"config_id": pa.array(values, pa.int32())},
+                     schema=pa.schema([pa.field("config_id", pa.int32(), nullable=False)]))
+    buf = io.BytesIO()
+    pq.write_table(table, buf, column_encoding={"config_id": "DELTA_BINARY_PACKED"}, use_dictionary=False,
+                   compression="none", write_page_checksum=True)
+    data = buf.getvalue()
+    col = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0).column(0)
+    got = pages.chunk_ints(data[col.data_page_offset:col.data_page_offset + col.total_compressed_size],
+                           len(values), col.compression)
+    assert [int(v) for v in got] == values
