@@ -90,6 +90,9 @@ CASES = [
     ("object_array", lambda r, p: _zip_member(r, p, {"node_feat.npy": _npy(np.array([{"a": 1}], dtype=object))}), "node_feat", "never unpickled"),
     ("gigantic_header", lambda r, p: _zip_member(r, p, {"node_feat.npy": _header((10**11, 140))}), "node_feat", "header claims shape"),
     ("splits_descending", lambda r, p: write(r, p, _layout(node_splits=np.array([[0, 9, 5, 12]]))), "node_splits", "not in ascending order"),
+    ("splits_down_by_one", lambda r, p: write(r, p, _layout(node_splits=np.array([[0, 5, 4, 12]]))), "node_splits", "not in ascending order"),
+    ("opcode_count_mismatch", lambda r, p: write(r, p, _layout(node_opcode=np.full(11, 2, np.uint8))), "node_opcode", "shape (11,), expected (12,) to match node_feat"),
+    ("no_config_nodes", lambda r, p: write(r, p, _layout(node_config_ids=np.zeros(0, np.int64), node_config_feat=np.zeros((9, 0, 18), np.float32))), "node_config_ids", "expected (nc,) with nc >= 1"),
 ]
 TILE_CASES = [
     ("zero_normalizer", lambda r, p: write(r, p, _tile(config_runtime_normalizers=np.zeros(6, np.int64))), "config_runtime_normalizers", "out of range"),
@@ -255,3 +258,22 @@ def test_a_fortran_ordered_node_config_feat_converts_like_its_c_order_twin(tmp_p
     assert np.array_equal(ga.config_codes, gb.config_codes) and np.array_equal(ga.config_inverse, gb.config_inverse)
     assert np.array_equal(gb.node_config_feat()[gb.config_inverse],
                           arrays["node_config_feat"].astype(np.int8))
+
+
+@pytest.mark.parametrize(("window_configs", "warned"), [(40, False), (39, True), (20, True)])
+def test_the_fortran_warning_counts_passes_from_two(tmp_path, monkeypatch, window_configs, warned):
+    """One pass (the window holds every config) is no different from C order: no warning; two or more
+    passes are named."""
+    from tpuprep.inputs import discover
+    from tpuprep.io import npz
+    from tpuprep.readgraph import read_graph
+
+    arrays = layout_arrays(2, c=40)
+    write(tmp_path / "npz", f"{L}/g.npz", {**arrays, "node_config_feat": np.asfortranarray(arrays["node_config_feat"])})
+    monkeypatch.setattr(npz, "FORTRAN_WINDOW_BYTES", window_configs * 3 * 18 * 4)
+    [inp], _ = discover(tmp_path / "npz")
+    with npz.NpzFile(inp.path) as f:
+        warnings = read_graph(f, inp).warnings
+    passes = -(-40 // window_configs)
+    assert warnings == ([f"node_config_feat is in Fortran order: streamed in {passes} passes over the member "
+                         "(saved in C order, np.ascontiguousarray, it takes one)"] if warned else [])

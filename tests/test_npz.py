@@ -248,3 +248,22 @@ def test_a_corrupt_fortran_member_fails_before_any_of_its_rows(tmp_path):
         rows = f.iter_rows("x", 10, 10**9)
         with pytest.raises(BadInput, match=r"x\.npz \[x\]: CRC-32 mismatch"):
             next(rows)
+
+
+@pytest.mark.parametrize(("claim", "holds"), [((10,), 11), ((10,), 9), ((2, 5), 11)])
+def test_a_header_claiming_more_or_fewer_bytes_than_the_member_holds_is_unreadable(tmp_path, claim, holds):
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<i8", "fortran_order": False, "shape": claim})
+    with zipfile.ZipFile(tmp_path / "x.npz", "w") as zf:
+        zf.writestr("a.npy", buf.getvalue() + np.arange(holds, dtype="<i8").tobytes())
+    with NpzFile(tmp_path / "x.npz") as f:
+        assert f.unreadable["a"] == f"header claims shape {claim} of int64 ({80} bytes) but the member holds " \
+                                    f"{8 * holds} bytes of data"
+
+
+@pytest.mark.parametrize("arr", [np.array(["ab", "c"]), np.array([b"x"]), np.array([1], "datetime64[s]"),
+                                 np.array([1], "timedelta64[s]"), np.zeros(2, "V4")])
+def test_arrays_that_are_not_numbers_are_unreadable_members(tmp_path, arr):
+    np.savez(tmp_path / "x.npz", a=arr, b=np.arange(2))
+    with NpzFile(tmp_path / "x.npz") as f:
+        assert "is not a numeric array" in f.unreadable["a"] and list(f.members) == ["b"]
