@@ -334,3 +334,13 @@ def test_the_train_statistics_are_checked_whenever_train_is_selected(built, spli
     problems = verify(src, dst, splits=splits).problems
     found = [p for p in problems if "node_feat_stats.mean[0]" in p]
     assert bool(found) == (splits is None or "train" in splits), problems
+
+
+def test_verify_exits_1_with_a_mismatch_line_per_problem(built):
+    src, dst = built
+    data = (src / "tile/xla/train/t0.npz").read_bytes()
+    (src / "tile/xla/train/t0.npz").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    result = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "-q"])
+    assert result.exit_code == 1, result.output
+    assert "MISMATCH tile/xla/train/t0.npz: input changed since the build (sha256 differs)" in result.output
+    assert result.output.strip().splitlines()[-1].endswith("shards checked: 1 problems")
