@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from npzfactory import Tripwire
 
 from tpuprep.errors import BadInput
 from tpuprep.io.npz import NpzFile
@@ -66,19 +67,9 @@ def test_truncated_and_non_zip_files_are_bad_input(tmp_path):
         NpzFile(tmp_path / "n.npz")
 
 
-class _Tripwire:
-    """Unpickling it creates the file ``path``: proof that something unpickled the member."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_object_arrays_are_never_unpickled(tmp_path):
     tripwire = tmp_path / "unpickled"
-    np.savez(tmp_path / "o.npz", a=np.array([_Tripwire(tripwire)], dtype=object), b=np.arange(4))
+    np.savez(tmp_path / "o.npz", a=np.array([Tripwire(tripwire)], dtype=object), b=np.arange(4))
     with NpzFile(tmp_path / "o.npz") as f:
         assert f.keys == ["a", "b"] and list(f.members) == ["b"] and "never unpickled" in f.unreadable["a"]
         np.testing.assert_array_equal(f.read("b"), np.arange(4))
