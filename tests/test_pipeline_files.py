@@ -127,6 +127,14 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, tiny):
     assert not dst.exists()
 
 
+def test_a_quiet_dry_run_still_prints_the_plan(tmp_path, tiny):
+    run_file = tmp_path / "r.toml"
+    run_file.write_text(f'src = "{tiny}"\ndst = "out"\n')
+    result = CliRunner().invoke(main, ["run", str(run_file), "--dry-run", "-q"])
+    assert result.exit_code == 0 and result.output.startswith(f"pipeline     r ({run_file})"), result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_dry_run_of_a_missing_synthesised_src_says_so(tmp_path):
     run_file = tmp_path / "r.toml"
     run_file.write_text('src = "d/npz"\ndst = "out"\n[synth]\nprofile = "tiny"\n')
