@@ -258,3 +258,20 @@ def test_arrays_that_are_not_numbers_are_unreadable_members(tmp_path, arr):
     np.savez(tmp_path / "x.npz", a=arr, b=np.arange(2))
     with NpzFile(tmp_path / "x.npz") as f:
         assert "is not a numeric array" in f.unreadable["a"] and list(f.members) == ["b"]
+
+
+def test_a_member_whose_stream_holds_more_than_declared_is_refused(tmp_path):
+    """The zip directory and the .npy header agree on n bytes, the DEFLATE stream holds n + 1: reads
+    take the n bytes the header describes, and the member's end is checked before it is used."""
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "|i1", "fortran_order": False, "shape": (100,)})
+    body = head.getvalue() + bytes(range(100))
+    with zipfile.ZipFile(tmp_path / "x.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.npy", body + b"!")
+    data = bytearray((tmp_path / "x.npz").read_bytes())
+    central = data.rfind(b"PK\x01\x02")
+    for pos in (22, central + 24):  # the inflated size, in the local header and the directory: n
+        data[pos:pos + 4] = len(body).to_bytes(4, "little")
+    with NpzFile("x.npz", io.BytesIO(bytes(data))) as f, \
+            pytest.raises(BadInput, match=r"\[a\]: member holds more bytes than its array header describes"):
+        f.read("a")

@@ -123,3 +123,17 @@ def test_two_kept_edges_in_another_order_are_named(shards, src):
     tamper_cell(shards, gid, "graphs", "edge_index", _swap(0, 1))
     problems = verify(src, shards, collections=[GRAPH]).problems
     assert f"{gid}: edges differ from the input's kept edges (or their order)" in problems
+
+
+def test_unique_configs_that_never_occur_are_named_out_of_first_occurrence_order():
+    """Configs 1 and 2 referenced by no original row: their first occurrences tie (past the end), which is
+    no order; the first_index and group_size lines come too."""
+    from tpuprep.verify.graph import _check_groups
+
+    g = SimpleNamespace(graph_id="g", config_inverse=np.zeros(4, np.int32), num_unique_configs=3,
+                        first_index=np.array([0, 1, 2]), group_size=np.array([2, 1, 1]),
+                        config_runtime=None, config_runtime_spread=None)
+    problems: list[str] = []
+    _check_groups(g, None, None, problems)
+    assert problems == ["g: first_index is not the first occurrence",
+                        "g: unique configs are not numbered in first-occurrence order", "g: group_size mismatch"]
