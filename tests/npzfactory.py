@@ -62,3 +62,14 @@ def write(root: Path, relpath: str, arrays: dict[str, np.ndarray]) -> Path:
     with open(path, "wb") as fh:
         np.savez_compressed(fh, **arrays)
     return path
+
+
+class Tripwire:
+    """An object whose unpickling creates the file ``path``: an npz member holding one (dtype object)
+    proves, by that file's absence, that nothing unpickled the member."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))

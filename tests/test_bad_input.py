@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from npzfactory import layout_arrays, tile_arrays, write
+from npzfactory import Tripwire, layout_arrays, tile_arrays, write
 
 from tpuprep.cli import main
 
@@ -178,28 +178,18 @@ def test_graph_id_clash_is_bad_input(tmp_path):
     assert "clashes with" in result.stderr
 
 
-class _Tripwire:
-    """Unpickling it creates the file ``path``: proof that something unpickled a member."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_members_tpuprep_does_not_read_are_ignored_never_unpickled_and_named(tmp_path):
     """Issue #36 item 10: a valid npz with an extra member of dtype object was quarantined as a whole.
     A member the build does not read — objects, a structured dtype, a header lying about its size —
     is ignored (never unpickled), the file converts exactly (verify says so) and the warnings name each
     member: in the manifest, on stderr and in the log."""
     root, wire = tmp_path / "npz", tmp_path / "unpickled"
-    arrays = {**layout_arrays(5), "meta": np.array([_Tripwire(wire)], dtype=object),
+    arrays = {**layout_arrays(5), "meta": np.array([Tripwire(wire)], dtype=object),
               "pairs": np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])}
     write(root, f"{L}/extras.npz", arrays)
     with zipfile.ZipFile(root / L / "extras.npz", "a") as zf:  # a header claiming more than it holds
         zf.writestr("liar.npy", _header((10**9, 140))[:-64])
-    write(root, f"{T}/tile_extras.npz", {**tile_arrays(3), "notes": np.array([_Tripwire(wire)], dtype=object)})
+    write(root, f"{T}/tile_extras.npz", {**tile_arrays(3), "notes": np.array([Tripwire(wire)], dtype=object)})
     dst, log = tmp_path / "shards", tmp_path / "build.log"
     result = CliRunner().invoke(main, ["build", "--src", str(root), "--dst", str(dst), "--log-file", str(log)])
     assert result.exit_code == 0, result.output
@@ -222,7 +212,7 @@ def test_members_tpuprep_does_not_read_are_ignored_never_unpickled_and_named(tmp
 def test_a_required_member_whose_header_cannot_be_used_is_still_refused(tmp_path):
     root = tmp_path / "npz"
     wire = tmp_path / "unpickled"
-    write(root, f"{L}/obj.npz", {**layout_arrays(1), "node_splits": np.array([_Tripwire(wire)], dtype=object)})
+    write(root, f"{L}/obj.npz", {**layout_arrays(1), "node_splits": np.array([Tripwire(wire)], dtype=object)})
     result = CliRunner().invoke(main, ["build", "--src", str(root), "--dst", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 3
     entry = json.loads((tmp_path / "out" / "quarantine.jsonl").read_text())

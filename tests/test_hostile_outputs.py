@@ -355,3 +355,36 @@ def test_export_with_overwrite_refuses_a_folder_in_the_way_before_replacing_anyt
     refused = _run("export", "--shards", tree / "shards", "--dst-npz", dst, "--overwrite", "-q")
     _one_error_line(refused, str(blocked), "not a regular file")
     assert mine.read_bytes() == b"mine"
+
+
+# --------------------------------------------------------------------------- check_output itself, edge by edge
+
+
+def test_a_log_file_onto_a_tar_archive_is_refused(tmp_path):
+    import tarfile
+
+    archive = tmp_path / "inputs.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(__file__, arcname="x.py")
+    with pytest.raises(UsageError, match=r"is a tar archive, not a log: refusing to append to it"):
+        check_output(archive, "--log-file", append=True)
+    assert check_output(tmp_path / "fine.log", "--log-file", append=True) == (tmp_path / "fine.log").resolve()
+
+
+def test_a_path_with_a_nul_byte_is_refused_in_one_line():
+    with pytest.raises(UsageError, match=r"--out contains a NUL byte, which no path can hold"):
+        check_output("a\0b", "--out")
+
+
+def test_a_folder_holding_only_a_builds_staging_folder_is_a_shard_folder(tmp_path):
+    """An interrupted build's folder (staging, no manifest yet) is a shard folder too."""
+    (tmp_path / "shards" / ".tpuprep").mkdir(parents=True)
+    with pytest.raises(UsageError, match="lies inside the shard folder"):
+        check_output(tmp_path / "shards" / "model", "--out")
+
+
+def test_an_input_folder_that_does_not_exist_yet_still_holds_no_output(tmp_path):
+    """A run's src synthesised later, a build's --dst made later: a path inside either is refused now."""
+    src = tmp_path / "later" / "npz"
+    with pytest.raises(UsageError, match=r"lies inside src"):
+        check_output(src / "run.log", "--log-file", [("src", src)], append=True)

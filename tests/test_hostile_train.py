@@ -208,8 +208,9 @@ def test_standalone_check_requires_the_kaggle_test_set(tmp_path):
     runner = CliRunner()
     r = runner.invoke(predict_cmd, ["--check-only", "--out", str(good)])
     assert r.exit_code == 0 and "894 rows" in r.stderr, r.output
-    one_line_refusal(runner.invoke(predict_cmd, ["--check-only", "--out", str(partial)]), 1,
-                     "partial.csv is not a valid submission")
+    line = one_line_refusal(runner.invoke(predict_cmd, ["--check-only", "--out", str(partial)]), 1,
+                            "partial.csv is not a valid submission")
+    assert line.endswith(f"(+{len(problems) - 3} more)") and len(problems) > 3, (line, problems)
     one_line_refusal(runner.invoke(predict_cmd, ["--check-only", "--out", str(tmp_path / "no.csv")]),
                      1, "no.csv")
 
@@ -218,6 +219,9 @@ def test_usage_errors_exit_2(models, tmp_path):
     runner = CliRunner()
     r = runner.invoke(predict_cmd, ["--shards", str(tmp_path), "--out", str(tmp_path / "s.csv")])
     assert r.exit_code == 2 and "at least one --model" in r.output
+    r = runner.invoke(predict_cmd, ["--out", str(tmp_path / "s.csv"), "--model", str(models / "lay")])
+    assert r.exit_code == 2 and "predicting needs --shards" in r.output
+    assert not (tmp_path / "s.csv").exists()
     r = runner.invoke(predict_cmd, ["--check-only", "--out", str(tmp_path / "s.csv"), "--model",
                                     str(models / "lay")])
     assert r.exit_code == 2 and "takes no --model" in r.output
@@ -355,3 +359,15 @@ def test_model_files_follow_the_umask(ds, tmp_path, mask, mode):
     assert stat.S_IMODE(npz.stat().st_mode) == mode
     assert stat.S_IMODE(js.stat().st_mode) == mode
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_kaggle_implies_the_check(ds, models, tmp_path, cli):
+    """``--kaggle`` without ``--check`` still checks: these shards are not the Kaggle test set."""
+    r = cli(predict_cmd, "--shards", "SHARDS", "--model", str(models / "lay"), "--model", str(models / "tile"),
+            "--out", str(tmp_path / "sub.csv"), "--kaggle")
+    one_line_refusal(r, 1, "not a valid submission", "the Kaggle test set has")
+
+
+def test_a_trainer_refusal_is_one_line_not_a_traceback(cli, tmp_path):
+    r = cli(train_cmd, "--shards", "SHARDS", "--collection", "layout:nlp:nowhere", "--out", str(tmp_path / "m"))
+    one_line_refusal(r, 1, "collection 'layout:nlp:nowhere' not in the dataset")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from npzfactory import Tripwire
 
 from tpuprep.errors import BadInput
 from tpuprep.io.npz import NpzFile
@@ -66,19 +67,9 @@ def test_truncated_and_non_zip_files_are_bad_input(tmp_path):
         NpzFile(tmp_path / "n.npz")
 
 
-class _Tripwire:
-    """Unpickling it creates the file ``path``: proof that something unpickled the member."""
-
-    def __init__(self, path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_object_arrays_are_never_unpickled(tmp_path):
     tripwire = tmp_path / "unpickled"
-    np.savez(tmp_path / "o.npz", a=np.array([_Tripwire(tripwire)], dtype=object), b=np.arange(4))
+    np.savez(tmp_path / "o.npz", a=np.array([Tripwire(tripwire)], dtype=object), b=np.arange(4))
     with NpzFile(tmp_path / "o.npz") as f:
         assert f.keys == ["a", "b"] and list(f.members) == ["b"] and "never unpickled" in f.unreadable["a"]
         np.testing.assert_array_equal(f.read("b"), np.arange(4))
@@ -267,3 +258,20 @@ def test_arrays_that_are_not_numbers_are_unreadable_members(tmp_path, arr):
     np.savez(tmp_path / "x.npz", a=arr, b=np.arange(2))
     with NpzFile(tmp_path / "x.npz") as f:
         assert "is not a numeric array" in f.unreadable["a"] and list(f.members) == ["b"]
+
+
+def test_a_member_whose_stream_holds_more_than_declared_is_refused(tmp_path):
+    """The zip directory and the .npy header agree on n bytes, the DEFLATE stream holds n + 1: reads
+    take the n bytes the header describes, and the member's end is checked before it is used."""
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": "|i1", "fortran_order": False, "shape": (100,)})
+    body = head.getvalue() + bytes(range(100))
+    with zipfile.ZipFile(tmp_path / "x.npz", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.npy", body + b"!")
+    data = bytearray((tmp_path / "x.npz").read_bytes())
+    central = data.rfind(b"PK\x01\x02")
+    for pos in (22, central + 24):  # the inflated size, in the local header and the directory: n
+        data[pos:pos + 4] = len(body).to_bytes(4, "little")
+    with NpzFile("x.npz", io.BytesIO(bytes(data))) as f, \
+            pytest.raises(BadInput, match=r"\[a\]: member holds more bytes than its array header describes"):
+        f.read("a")

@@ -124,6 +124,14 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, tiny):
     assert not dst.exists()
 
 
+def test_a_quiet_dry_run_still_prints_the_plan(tmp_path, tiny):
+    run_file = tmp_path / "r.toml"
+    run_file.write_text(f'src = "{tiny}"\ndst = "out"\n')
+    result = CliRunner().invoke(main, ["run", str(run_file), "--dry-run", "-q"])
+    assert result.exit_code == 0 and result.output.startswith(f"pipeline     r ({run_file})"), result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_dry_run_of_a_missing_synthesised_src_says_so(tmp_path):
     run_file = tmp_path / "r.toml"
     run_file.write_text('src = "d/npz"\ndst = "out"\n[synth]\nprofile = "tiny"\n')
@@ -293,3 +301,30 @@ def test_a_negative_seed_is_refused_on_every_command_line(tmp_path):
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(ValueError, match="seed must be an integer ≥ 0"):
             TrainConfig(seed=bad)
+
+
+def test_storage_options_of_a_local_location_are_refused(tmp_path):
+    with pytest.raises(PipelineError, match=r"\[src_storage_options\] applies only when src is an object-store URL"):
+        parse_pipeline('src = "a"\ndst = "s3://b/p"\n[src_storage_options]\nanon = true\n', tmp_path / "x.toml")
+
+
+def test_a_local_override_drops_the_run_files_storage_options(tmp_path):
+    p = parse_pipeline('src = "a"\ndst = "s3://b/p"\n[dst_storage_options]\nkey = "k"\n', tmp_path / "x.toml")
+    assert p.dst_storage_options == {"key": "k"}
+    assert override(p, dst=tmp_path / "local").dst_storage_options == {}
+    assert override(p, dst="s3://b/other").dst_storage_options == {"key": "k"}
+
+
+def test_variables_expand_inside_lists_and_tables_of_storage_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUPREP_T_HOST", "h1")
+    text = ('src = "a"\ndst = "s3://b/p"\n[dst_storage_options]\nhosts = ["$TPUPREP_T_HOST", "x$$y"]\n'
+            '[dst_storage_options.client_kwargs]\nendpoint_url = "http://${TPUPREP_T_HOST}:9000"\n')
+    p = parse_pipeline(text, tmp_path / "x.toml")
+    assert p.dst_storage_options == {"hosts": ["h1", "x$y"], "client_kwargs": {"endpoint_url": "http://h1:9000"}}
+
+
+def test_an_unknown_key_is_named_before_a_wrong_value_elsewhere(tmp_path):
+    with pytest.raises(PipelineError, match=r"\[bogus\] unknown key"):
+        parse_pipeline('src = "a"\ndst = "b"\nbogus = 1\n[options]\nhops = "x"\n', tmp_path / "x.toml")
+    with pytest.raises(PipelineError, match=r"\[options.hop\] unknown key \(allowed:"):  # before hops = "x"
+        parse_pipeline('src = "a"\ndst = "b"\n[options]\nhops = "x"\nhop = 1\n', tmp_path / "x.toml")

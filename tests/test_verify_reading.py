@@ -94,3 +94,14 @@ def test_c_order_rows_and_whole_reads_still_share_one_inflate(monkeypatch):
     assert np.array_equal(np.concatenate([c.copy() for _, c in r.iter_rows("x", 33)]), arr)
     assert np.array_equal(r.read("y"), np.arange(5.0))
     assert r.finish() == [] and made == ["x.npy", "y.npy"]
+
+
+def test_a_member_read_twice_is_inflated_once_by_verify(monkeypatch):
+    r = _reader(_npz(x=np.arange(12.0).reshape(3, 4), y=np.arange(5)))
+    made = []
+    real = inputcheck.MemberReader.__init__
+    monkeypatch.setattr(inputcheck.MemberReader, "__init__",
+                        lambda self, fh, entry: made.append(entry.name) or real(self, fh, entry))
+    assert np.array_equal(r.read("y"), np.arange(5)) and np.array_equal(r.read("y"), np.arange(5))
+    assert made == ["y.npy"]
+    assert r.finish() == [] and made == ["y.npy", "x.npy"]

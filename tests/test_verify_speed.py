@@ -286,3 +286,61 @@ def test_config_rows_are_valid_only_with_integer_codes_in_minus_1_to_5():
         rows[i, 0, 3] = bad
     got, _ = LayoutEncoder(tie_columns(np.arange(2))).encode(rows)
     assert got.tolist() == [True, True] + [False] * 7
+
+
+# ------------------------------------------------------------------------- verify/run.py beside the code
+
+
+def _todo(*sizes: int, kind: str = "tile") -> list:
+    from types import SimpleNamespace
+
+    return [(SimpleNamespace(kind=kind, collection="tile:xla", split="train", graph_id=f"tile:xla:g{i:03d}", size=s),
+             {}) for i, s in enumerate(sizes)]
+
+
+def test_tile_inputs_are_batched_up_to_64_files_and_32_mib_each_layout_alone():
+    from tpuprep.verify.run import BATCH_BYTES, BATCH_FILES, plan_batches
+
+    assert BATCH_FILES == 64
+    assert sorted(len(b) for b in plan_batches(_todo(*[10] * 64))) == [64]
+    assert sorted(len(b) for b in plan_batches(_todo(*[10] * 65))) == [1, 64]
+    half = BATCH_BYTES // 2
+    assert sorted(len(b) for b in plan_batches(_todo(half, half, 1))) == [1, 2]  # 32 MiB exactly fits
+    assert sorted(len(b) for b in plan_batches(_todo(half, half + 1))) == [1, 1]
+    assert plan_batches(_todo(5, 7, kind="layout")) == [[1], [0]]  # largest first, one each
+
+
+def test_quarantined_inputs_are_not_checked_and_may_leave_src(tmp_path):
+    """Only converted inputs are checked against graphs (a quarantined one has none) and listed as
+    expected under --src; the quarantine list itself is the shard-side check's."""
+    src = _tree(tmp_path / "npz")
+    (src / "tile/xla/train/broken.npz").write_bytes(b"not a zip")
+    dst = tmp_path / "shards"
+    assert build(src, dst).quarantined
+    report = verify(src, dst)
+    assert report.ok and report.graphs_total == report.graphs_checked == 8, report.problems
+    (src / "tile/xla/train/broken.npz").unlink()
+    report = verify(src, dst)
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("splits", [None, ["train"], ["train", "valid"], ["valid"]])
+def test_the_train_statistics_are_checked_whenever_train_is_selected(built, splits):
+    src, dst = built
+    manifest = json.loads((dst / "manifest.json").read_text())
+    coll = next(c for c in manifest["collections"].values() if c["node_feat_stats"] is not None)
+    coll["node_feat_stats"]["mean"][0] += 1.0
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    problems = verify(src, dst, splits=splits).problems
+    found = [p for p in problems if "node_feat_stats.mean[0]" in p]
+    assert bool(found) == (splits is None or "train" in splits), problems
+
+
+def test_verify_exits_1_with_a_mismatch_line_per_problem(built):
+    src, dst = built
+    data = (src / "tile/xla/train/t0.npz").read_bytes()
+    (src / "tile/xla/train/t0.npz").write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    result = CliRunner().invoke(main, ["verify", "--src", str(src), "--dst", str(dst), "-q"])
+    assert result.exit_code == 1, result.output
+    assert "MISMATCH tile/xla/train/t0.npz: input changed since the build (sha256 differs)" in result.output
+    assert result.output.strip().splitlines()[-1].endswith("shards checked: 1 problems")

@@ -11,6 +11,7 @@ two-pass path), exact rows still pass and a changed one is still found.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -402,3 +403,76 @@ def test_load_graph_checks_the_stored_config_ids_not_only_their_count(shards):
     edit_graph_configs(shards, gid, swap)
     with pytest.raises(BadShards, match=rf"{gid}.*configs row 2 holds config_id 3, expected 2"):
         tpuprep.open_dataset(shards).load_graph(gid)
+
+
+@pytest.mark.parametrize("bad", [6, -2, 0.5, np.nan, 127, -128])
+def test_the_encoder_refuses_any_value_outside_minus_1_to_5(bad):
+    """Only −1..5 has a base-7 digit: a 6 (digit 7) must never encode to a code some crafted shard could
+    hold, nor any other value."""
+    values = np.full((3, 2, 18), -1, np.float32)
+    values[1, 1, 7] = bad
+    ok, _ = LayoutEncoder(tie_columns(np.arange(2))).encode(values)
+    assert ok.tolist() == [True, False, True]
+
+
+def test_configs_rows_of_a_graph_out_of_config_id_order_are_named_by_the_graph_check(shards, src):
+    """The layout pass reads the graph's rows itself and names their order (besides the shard check)."""
+    gid, _ = _graph(shards)
+
+    def swap(rows):
+        rows["config_id"][1], rows["config_id"][2] = rows["config_id"][2], rows["config_id"][1]
+
+    edit_graph_configs(shards, gid, swap)
+    assert f"{gid}: configs rows are not config_id 0..c_u-1 in order" in _problems(src, shards)
+
+
+def test_two_stored_rows_outside_base_7_are_not_taken_for_equal_configs(shards, src):
+    """Each undecodable stored row gets a key of its own: two of them are not "unique configs are not
+    pairwise distinct" (they are not equal configs; each is a row not reconstructed)."""
+    gid, _ = _graph(shards)
+
+    def outside(rows):
+        for i, code in ((0, 7**6), (1, 7**6 + 1)):
+            planes = _planes(rows["codes"][i])
+            planes[:, 0] = np.array([code], "<i4").view(np.uint8)
+            rows["codes"][i] = planes.tobytes()
+
+    edit_graph_configs(shards, gid, outside)
+    assert _problems(src, shards) == [f"{gid}: original config row 0 is not reconstructed"]
+
+
+def test_graphs_sharing_a_configs_shard_are_each_read_from_their_own_row_groups(tmp_path):
+    """Three small layout graphs in one configs shard (the spec allows it; today's writer gives each
+    layout graph its own): each graph's rows are found by its own row groups' statistics, never an
+    earlier graph's."""
+    from npzfactory import layout_arrays, write
+    from test_hostile_read import edit_manifest
+
+    from tpuprep.build import build
+    from tpuprep.shards.writer import parquet_options
+
+    src, dst = tmp_path / "npz", tmp_path / "shards"
+    for i in range(3):
+        write(src, f"layout/xla/random/train/g{i}.npz", layout_arrays(seed=i, c=30 + 10 * i))
+    build(src, dst)
+    entries = [s for s in json.loads((dst / "manifest.json").read_text())["shards"] if s["table"] == "layout_configs"]
+    assert len(entries) == 3
+    files = [pq.ParquetFile(dst / e["path"]) for e in entries]
+    one = dst / "layout/xla/random/configs/train-00000-of-00001.parquet"
+    with pq.ParquetWriter(one, files[0].schema_arrow, **parquet_options("layout_configs", 3)) as w:
+        for f in files:
+            for rg in range(f.metadata.num_row_groups):
+                w.write_table(f.read_row_group(rg), row_group_size=f.metadata.row_group(rg).num_rows)
+    for e in entries:
+        (dst / e["path"]).unlink()
+
+    def merged(m):
+        kept = [s for s in m["shards"] if s["table"] != "layout_configs"]
+        m["shards"] = [*kept, {**entries[0], "path": one.relative_to(dst).as_posix(),
+                               "last_graph": entries[-1]["last_graph"], "rows": sum(e["rows"] for e in entries),
+                               "row_groups": sum(e["row_groups"] for e in entries)}]
+    edit_manifest(dst, merged)
+    fix_manifest_hash(dst, one)
+    report = verify(src, dst)
+    assert report.graphs_checked == 3
+    assert [p for p in report.problems if ".bytes_out is " not in p] == []  # one file: other bytes than three
