@@ -13,6 +13,7 @@ import pytest
 from test_hostile_read import GRAPH, first_graph, tamper_cell
 
 import tpuprep
+from tpuprep.shards.schema import SCHEMA_VERSION
 from tpuprep.tpugraphs import graph_fold
 from tpuprep.verify import verify
 from tpuprep.verify.graph import _check_quality, check_graph_row
@@ -20,10 +21,10 @@ from tpuprep.verify.reference import InputFacts
 
 
 class _Rows:
-    """What the checks ask of a ``Dataset``: a graphs row and the manifest's options."""
+    """What the checks ask of a ``Dataset``: a graphs row and the manifest's options and version."""
 
     def __init__(self, **row):
-        self.row, self.manifest = row, {"options": {"folds": 5}}
+        self.row, self.manifest = row, {"options": {"folds": 5}, "schema_version": SCHEMA_VERSION}
 
     def graph_row(self, _gid):
         return self.row
@@ -42,13 +43,14 @@ def test_a_group_is_noisy_only_beyond_one_percent(runtimes, noisy):
 
 def _row_case(gid: str = "tile:xla:t") -> tuple:
     inp = SimpleNamespace(graph_id=gid, collection="tile:xla", split="train", relpath="tile/xla/train/t.npz", size=50)
-    facts = InputFacts(nodes_before=5, edges_before=4, configs=6, nodes_after=5, edges_after=4, anomalies=0,
+    facts = InputFacts(nodes_before=5, edges_before=4, configs=6, nodes_after=5, edges_after=4, anomalies=0, undecided=0,
                        config_nodes=None)
     counts = {"configs": 6, "unique_configs": 3, "nodes_before": 5, "nodes_after": 5, "edges_before": 4,
-              "edges_after": 4, "bytes_in": 50, "anomalies": 0}
+              "edges_after": 4, "bytes_in": 50, "anomalies": 0, "dimensions_undecided": 0}
     row = {"graph_id": gid, "collection": "tile:xla", "split": "train", "source_file": inp.relpath,
            "source_sha256": "s" * 64, "source_bytes": 50, "fold": graph_fold(gid, 5), "num_nodes_original": 5,
            "num_edges_original": 4, "num_nodes": 5, "num_edges": 4, "num_configs": 6, "num_repad_anomalies": 0,
+           "dimensions_undecided": 0,
            "num_unique_configs": 3}
     return inp, {"bytes": 50, "counts": counts}, facts, row
 
@@ -69,7 +71,7 @@ def test_the_manifest_bytes_off_either_way_are_named(change):
     assert problems == [f"tile/xla/train/t.npz: manifest bytes is {50 + change}, the file has 50"]
 
 
-@pytest.mark.parametrize("name", ["configs", "nodes_after", "edges_before", "bytes_in", "anomalies"])
+@pytest.mark.parametrize("name", ["configs", "nodes_after", "edges_before", "bytes_in", "anomalies", "dimensions_undecided"])
 @pytest.mark.parametrize("change", [1, -1])
 def test_a_manifest_count_off_either_way_is_named(name, change):
     inp, entry, facts, row = _row_case()
@@ -80,7 +82,7 @@ def test_a_manifest_count_off_either_way_is_named(name, change):
     assert problems == [f"tile/xla/train/t.npz: manifest counts.{name} is {want + change}, expected {want}"]
 
 
-@pytest.mark.parametrize("column", ["num_nodes", "num_edges_original", "source_bytes", "fold"])
+@pytest.mark.parametrize("column", ["num_nodes", "num_edges_original", "source_bytes", "fold", "dimensions_undecided"])
 def test_a_graphs_column_off_by_one_is_named(column):
     inp, entry, facts, row = _row_case()
     want = row[column]
