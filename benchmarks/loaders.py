@@ -1,5 +1,6 @@
 """``python -m benchmarks.loaders SHARDS [--collection C] [--split S] [--workers 0,1,2] [--epochs 2]
-[--batches-per-graph B] [--k 64] [--steady-epochs 8] [--json FILE]``: configs/s of ``ConfigBatchDataset``
+[--batches-per-graph B] [--k 64] [--steady-epochs 8] [--block-epochs 4] [--prefetch-factors 2,8]
+[--json FILE]``: configs/s of ``ConfigBatchDataset``
 through a real torch ``DataLoader(batch_size=None, num_workers=n, persistent_workers=n > 0)``, per epoch,
 for each n; then the steady state, 0 workers against the largest n, interleaved in one process.
 
@@ -13,12 +14,13 @@ worker, in MB. The speed-up is configs/s of n workers / configs/s of 0 workers i
 0 is cold: structures read; later epochs reuse the persistent workers' caches). The OS page cache is warm
 for every n. The machine may be shared: run it when quiet and repeat to see the spread.
 
-**Steady state** (``--steady-epochs E``, 0 to skip; issue #38 item 5): one process holds two loaders over
-the same settings, 0 workers and n persistent workers; after a warm-up epoch each (epoch 0: structures
-read, kernels loaded), epochs 1..E alternate between them (0 workers, then n, same epoch), so both see
-the same machine load. Per loader: the median configs/s, and the CPU time per batch of the main process
-and of its workers (``/proc/PID/stat``: all threads); the speed-up is the median of the per-epoch ratios
-n ÷ 0. ``cpu_bound_speedup`` is what those CPU times allow on n free cores: min(n ÷ total CPU per batch
+**Steady state** (``--steady-epochs E``, 0 to skip; issue #38 item 5), once per DataLoader
+``prefetch_factor`` of ``--prefetch-factors``: one process holds two loaders over the same settings, 0
+workers and n persistent workers; after a warm-up epoch each (epoch 0: structures read, kernels loaded),
+epochs 1..E alternate between them in blocks of ``--block-epochs`` (0 workers, then n, the same epochs),
+so both see the same machine load while the workers are not put to sleep after every short epoch. Per
+loader: the median configs/s over blocks, and the CPU time per batch of the main process and of its
+workers (``/proc/PID/stat``: all threads); the speed-up is the median of the per-block ratios n ÷ 0. ``cpu_bound_speedup`` is what those CPU times allow on n free cores: min(n ÷ total CPU per batch
 with workers, 1 ÷ the main process's CPU per batch) ÷ (1 ÷ CPU per batch without workers) — the figure to
 compare when other jobs share the machine (the load averages are reported too).
 """
@@ -87,7 +89,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def run_steady(shards: str, collection: str, split: str, workers: int, epochs: int, k: int,
-               batches_per_graph: int | str) -> dict:
+               batches_per_graph: int | str, block: int = 4, prefetch_factor: int = 2) -> dict:
     """0 workers and ``workers`` persistent workers, epochs alternated in this process (module docstring)."""
     from torch.utils.data import DataLoader
 
@@ -99,21 +101,27 @@ def run_steady(shards: str, collection: str, split: str, workers: int, epochs: i
     for n in (0, workers):
         dataset = ConfigBatchDataset(tpuprep.ConfigBatches(ds, collection, split=split, k=k, seed=0,
                                                            batches_per_graph=batches_per_graph))
-        loaders[n] = (dataset, DataLoader(dataset, batch_size=None, num_workers=n, persistent_workers=n > 0))
+        more = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if n else {}
+        loaders[n] = (dataset, DataLoader(dataset, batch_size=None, num_workers=n, **more))
     rows: dict[int, list[tuple[float, float, float]]] = {0: [], workers: []}
     load_before = os.getloadavg()
-    for epoch in range(epochs + 1):
+    for first in [0, *range(1, epochs + 1, block)]:  # epoch 0 warms both up, then blocks of epochs
+        span = range(first, min(first + block, epochs + 1)) if first else range(1)
         for n, (dataset, loader) in loaders.items():
-            dataset.set_epoch(epoch)
-            it = iter(loader)
-            pids = [w.pid for w in getattr(it, "_workers", [])]
-            cpu0 = [_cpu_s(pid) for pid in pids]
+            pids: list[int] = []
+            cpu0: list[float] = []
             started, main0, configs, items = time.perf_counter(), time.process_time(), 0, 0
-            for item in it:
-                configs += len(item["rows"])
-                items += 1
+            for epoch in span:
+                dataset.set_epoch(epoch)
+                it = iter(loader)
+                if not pids:
+                    pids = [w.pid for w in getattr(it, "_workers", [])]
+                    cpu0 = [_cpu_s(pid) for pid in pids]
+                for item in it:
+                    configs += len(item["rows"])
+                    items += 1
             wall = time.perf_counter() - started
-            if epoch and items:  # epoch 0 warms both up
+            if first and items:
                 worker_cpu = sum(_cpu_s(pid) - c for pid, c in zip(pids, cpu0, strict=True))
                 rows[n].append((configs / wall, (time.process_time() - main0) / items * 1e3,
                                 worker_cpu / items * 1e3))
@@ -121,10 +129,11 @@ def run_steady(shards: str, collection: str, split: str, workers: int, epochs: i
     med = {n: [statistics.median(r[i] for r in rows[n]) for i in range(3)] for n in rows}
     single, main, spent = med[0][1], med[workers][1], med[workers][1] + med[workers][2]
     bound = min(workers / spent, 1 / main) * single if spent and main else 0.0
-    return {"workers": workers, "epochs": epochs, "batches": len(loaders[0][0]),
+    return {"workers": workers, "epochs": epochs, "block_epochs": block, "prefetch_factor": prefetch_factor,
+            "batches": len(loaders[0][0]),
             "configs_per_s": {str(n): round(med[n][0], 1) for n in rows},
             "cpu_ms_per_batch": {str(n): {"main": round(med[n][1], 3), "workers": round(med[n][2], 3)} for n in rows},
-            "speedup_per_epoch": [round(r, 3) for r in ratios], "speedup": round(statistics.median(ratios), 3),
+            "speedup_per_block": [round(r, 3) for r in ratios], "speedup": round(statistics.median(ratios), 3),
             "cpu_bound_speedup": round(bound, 3), "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()]}
 
@@ -153,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches-per-graph", default="1", help='an int, or "sqrt"')
     ap.add_argument("--steady-epochs", type=int, default=8,
                     help="epochs of the interleaved steady-state comparison (0: skip it)")
+    ap.add_argument("--block-epochs", type=int, default=4, help="epochs per block of the steady state")
+    ap.add_argument("--prefetch-factors", default="2,8",
+                    help="comma-separated DataLoader prefetch_factor values, one steady state each")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # internal: one run, JSON out
     ap.add_argument("--steady", type=int, default=None, help=argparse.SUPPRESS)  # internal: steady state
@@ -163,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.steady is not None:
         print(json.dumps(run_steady(args.shards, args.collection, args.split, args.steady, args.steady_epochs,
-                                    args.k, bpg)))
+                                    args.k, bpg, args.block_epochs, int(args.prefetch_factors))))
         return
     runs = []
     for n in [int(x) for x in args.workers.split(",") if x]:
@@ -187,20 +199,25 @@ def main(argv: list[str] | None = None) -> None:
         print(f"speed-up {name}: {value:.2f}x")
     most = max((r["workers"] for r in runs), default=0)
     if args.steady_epochs > 0 and most > 0:
-        cmd = [sys.executable, "-m", "benchmarks.loaders", args.shards, "--collection", args.collection,
-               "--split", args.split, "--k", str(args.k), "--batches-per-graph", str(args.batches_per_graph),
-               "--steady-epochs", str(args.steady_epochs), "--steady", str(most)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode:
-            sys.exit(f"benchmarks.loaders: the steady-state run failed:\n{proc.stderr[-3000:]}")
-        steady = result["steady"] = json.loads(proc.stdout.strip().splitlines()[-1])
-        cpu = steady["cpu_ms_per_batch"]
-        print(f"steady state, epochs 1-{steady['epochs']} interleaved: {steady['configs_per_s']['0']:,.0f} configs/s "
-              f"with 0 workers, {steady['configs_per_s'][str(most)]:,.0f} with {most}: speed-up {steady['speedup']:.2f}x "
-              f"(per epoch {steady['speedup_per_epoch']}); CPU ms per batch: 0 workers {cpu['0']['main']}, "
-              f"{most} workers main {cpu[str(most)]['main']} + workers {cpu[str(most)]['workers']}; "
-              f"CPU-bound speed-up {steady['cpu_bound_speedup']:.2f}x; load {steady['load_before']} -> "
-              f"{steady['load_after']}", flush=True)
+        result["steady"] = []
+        for factor in [int(x) for x in args.prefetch_factors.split(",") if x]:
+            cmd = [sys.executable, "-m", "benchmarks.loaders", args.shards, "--collection", args.collection,
+                   "--split", args.split, "--k", str(args.k), "--batches-per-graph", str(args.batches_per_graph),
+                   "--steady-epochs", str(args.steady_epochs), "--block-epochs", str(args.block_epochs),
+                   "--prefetch-factors", str(factor), "--steady", str(most)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode:
+                sys.exit(f"benchmarks.loaders: the steady-state run failed:\n{proc.stderr[-3000:]}")
+            steady = json.loads(proc.stdout.strip().splitlines()[-1])
+            result["steady"].append(steady)
+            cpu = steady["cpu_ms_per_batch"]
+            print(f"steady state, prefetch_factor {factor}, epochs 1-{steady['epochs']} in blocks of "
+                  f"{steady['block_epochs']}: {steady['configs_per_s']['0']:,.0f} configs/s with 0 workers, "
+                  f"{steady['configs_per_s'][str(most)]:,.0f} with {most}: speed-up {steady['speedup']:.2f}x "
+                  f"(per block {steady['speedup_per_block']}); CPU ms per batch: 0 workers {cpu['0']['main']}, "
+                  f"{most} workers main {cpu[str(most)]['main']} + workers {cpu[str(most)]['workers']}; "
+                  f"CPU-bound speed-up {steady['cpu_bound_speedup']:.2f}x; load {steady['load_before']} -> "
+                  f"{steady['load_after']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 

@@ -190,8 +190,8 @@ def test_a_forked_process_reads_through_its_own_dataset(ds):
 
 def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
     """benchmarks.loaders on tiny data: 0, 1 and 2 persistent workers, 2 epochs each, the same batches
-    and configs per epoch for every worker count, speed-ups and peak RSS reported; then the steady state,
-    0 and 2 workers interleaved, with CPU per batch."""
+    and configs per epoch for every worker count, speed-ups and peak RSS reported; then the steady state
+    for each prefetch factor, 0 and 2 workers alternated in blocks of epochs, with CPU per batch."""
     import subprocess
     import sys
     from pathlib import Path
@@ -199,7 +199,8 @@ def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
     repo = Path(__file__).resolve().parents[1]
     out = tmp_path / "loaders.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.loaders", str(synth_shards), "--batches-per-graph",
-                           "3", "--k", "8", "--steady-epochs", "2", "--json", str(out)], cwd=repo,
+                           "3", "--k", "8", "--steady-epochs", "3", "--block-epochs", "2",
+                           "--prefetch-factors", "2,3", "--json", str(out)], cwd=repo,
                           capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -212,9 +213,10 @@ def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
         assert run["setup_s"] > 0
     assert set(res["speedup"]) == {f"n={n} epoch {e}" for n in (1, 2) for e in (0, 1)}
     assert "speed-up n=2 epoch 0" in proc.stdout
-    steady = res["steady"]  # 0 and 2 workers, epochs 1 and 2 interleaved in one process
-    assert (steady["workers"], steady["epochs"], steady["batches"]) == (2, 2, 6)
-    assert len(steady["speedup_per_epoch"]) == 2 and steady["speedup"] > 0 and steady["cpu_bound_speedup"] >= 0
-    cpu = steady["cpu_ms_per_batch"]  # CPU clock ticks are 10 ms: a tiny epoch may count 0
-    assert cpu["0"]["workers"] == 0 and cpu["0"]["main"] >= 0 and cpu["2"]["workers"] >= 0
-    assert "steady state, epochs 1-2 interleaved" in proc.stdout
+    assert [s["prefetch_factor"] for s in res["steady"]] == [2, 3]
+    for steady in res["steady"]:  # 0 and 2 workers, epochs 1–2 then 3, alternated in one process
+        assert (steady["workers"], steady["epochs"], steady["block_epochs"], steady["batches"]) == (2, 3, 2, 6)
+        assert len(steady["speedup_per_block"]) == 2 and steady["speedup"] > 0 and steady["cpu_bound_speedup"] >= 0
+        cpu = steady["cpu_ms_per_batch"]  # CPU clock ticks are 10 ms: a tiny block may count 0
+        assert cpu["0"]["workers"] == 0 and cpu["0"]["main"] >= 0 and cpu["2"]["workers"] >= 0
+    assert "steady state, prefetch_factor 3, epochs 1-3 in blocks of 2" in proc.stdout
