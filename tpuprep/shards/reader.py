@@ -234,10 +234,6 @@ class Dataset:
         the first call. Anything else is ``BadShards`` naming the manifest entry."""
         return self.files.path(i)
 
-    def shard_size(self, i: int) -> int:
-        """Bytes of the file of ``manifest["shards"][i]`` as it was opened."""
-        return self.files.size(i)
-
     def open_shard(self, path: Path | str) -> pq.ParquetFile:
         """A shard (a path from ``shard_path``) opened for reading with page checksums verified, from
         its pinned file (remotely footer and row groups are ranged GETs). ``BadShards`` naming the folder

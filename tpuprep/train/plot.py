@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 Panel = tuple[str, np.ndarray, np.ndarray]  # (title, true values (c,) float, predicted scores (c,) float)
-MAX_POINTS = 3000  # a scatter panel draws at most this many configs, evenly spaced over the graph's
+MAX_POINTS = 3000  # a scatter panel draws at most this many configs, evenly spaced over the graph's configs
 NO_PLOTS = "no plots: matplotlib is not installed (pip install 'tpuprep[plot]'); the tables are written"
 
 
