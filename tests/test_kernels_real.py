@@ -13,6 +13,7 @@ from pathlib import Path
 import hlo_proto
 import numpy as np
 import pytest
+from realdata import real_path
 from reference import (
     group_size_histogram,
     ref_dedup,
@@ -131,7 +132,7 @@ def test_repad_ground_truth_is_a_fixed_point():
 def test_protobuf_truth_equals_the_regenerated_file():
     """The proto reader of tests/hlo_proto.py rebuilds real/repadded/ exactly from the raw protobuf:
     an independent second truth for layout, and the way to one for tile."""
-    name, instructions = hlo_proto.layout_module(REAL / "pb" / "module_tuning_data_layout.pb")
+    name, instructions = hlo_proto.layout_module(real_path("pb", "module_tuning_data_layout.pb"))
     g = load(MAIN)
     assert name == "main__.10904"
     np.testing.assert_array_equal(hlo_proto.truth(g["node_feat"], g["node_opcode"], instructions),
