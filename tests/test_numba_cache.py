@@ -3,6 +3,7 @@ sources, and that an unwritable cache location never breaks an import."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -32,12 +33,38 @@ def _probe(tmp_path: Path, **env: str) -> tuple[str, str]:
     return out[0], out[1] if len(out) > 1 else ""
 
 
-def test_kernel_modules_lists_every_module_with_a_kernel():
-    """The digest covers every module that defines a kernel, and only those: a kernel added to another
-    module would otherwise escape the invalidation."""
-    found = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-             if re.search(r"^@kernel\b", p.read_text(encoding="utf-8"), re.M)}
-    assert found == set(jit.KERNEL_MODULES)
+def _tpuprep_imports(rel: str) -> set[str]:
+    """Paths under tpuprep/ of the tpuprep modules the module ``rel`` imports from (relative or absolute)."""
+    here = (PACKAGE / rel).parent
+    found = set()
+    for node in ast.walk(ast.parse((PACKAGE / rel).read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = here.joinpath(*[".."] * (node.level - 1), *(node.module or "").split(".")).resolve()
+        elif (node.module or "").split(".")[0] == "tpuprep":
+            base = PACKAGE.joinpath(*node.module.split(".")[1:])
+        else:
+            continue
+        names = [base / alias.name for alias in node.names] + [base]
+        found |= {p.with_suffix(".py").relative_to(PACKAGE).as_posix() for p in names if p.with_suffix(".py").is_file()}
+    return found
+
+
+def test_kernel_modules_lists_every_module_with_a_kernel_and_what_they_import():
+    """The digest covers every module that defines a kernel and every tpuprep module those import from
+    (their constants and callees are compiled into the kernels), and only those: a kernel added to another
+    module, or a constant it reads from one, would otherwise escape the invalidation."""
+    wanted = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+              if re.search(r"^@kernel\b", p.read_text(encoding="utf-8"), re.M)}
+    assert "kernels/repad.py" in wanted
+    todo = set(wanted)
+    while todo:
+        new = _tpuprep_imports(todo.pop()) - wanted
+        wanted |= new
+        todo |= new
+    assert {"tpugraphs.py", "kernels/jit.py", "kernels/base7.py"} <= wanted
+    assert wanted == set(jit.KERNEL_MODULES)
 
 
 def test_digest_follows_every_kernel_module(tmp_path):

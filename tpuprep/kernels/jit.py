@@ -7,10 +7,12 @@ which keeps a read-only install working; ``NUMBA_CACHE_DIR`` overrides it as Num
 first imported, which may be before this module (``torch_geometric`` imports it, and so
 ``tpuprep.pyg``): this module then has Numba read its configuration again before any kernel is defined.
 
-``<sources>`` is a digest of every module that defines kernels (``KERNEL_MODULES``). Numba checks a
-cached function only against the file that defines it, so a kernel that calls (and inlines) a kernel of
-another module would otherwise keep running the callee's old code after that module changed, e.g. in an
-editable install after a ``git pull`` (found when ``base7.pack_valid`` changed under ``tied._pack_rows``).
+``<sources>`` is a digest of every module the kernels' compiled code depends on (``KERNEL_MODULES``).
+Numba checks a cached function only against the file that defines it, so a kernel that calls (and
+inlines) a kernel of another module would otherwise keep running the callee's old code after that module
+changed, e.g. in an editable install after a ``git pull`` (found when ``base7.pack_valid`` changed under
+``tied._pack_rows``); the same holds for a module-level constant a kernel reads (Numba bakes it into the
+code) and for the compile options of ``kernel`` below.
 
 A process that compiles a kernel (a cache miss, not a load) logs ``compiling_message`` once, on the
 ``tpuprep.kernels`` logger: the first run on a machine takes longer, and the commands say why
@@ -24,15 +26,17 @@ import os
 import secrets
 from pathlib import Path
 
-KERNEL_MODULES = ("kernels/base7.py", "kernels/dedup.py", "kernels/planes.py", "kernels/prune.py",
-                  "kernels/repad.py", "kernels/tied.py", "train/kernels.py", "train/metrics.py")
-"""Every module of the package that defines a ``@kernel`` (paths under ``tpuprep/``; a test keeps the list
-complete): their bytes name the cache directory."""
+KERNEL_MODULES = ("kernels/base7.py", "kernels/dedup.py", "kernels/jit.py", "kernels/planes.py",
+                  "kernels/prune.py", "kernels/repad.py", "kernels/tied.py", "tpugraphs.py", "train/kernels.py",
+                  "train/metrics.py")
+"""Paths under ``tpuprep/`` of every module that defines a ``@kernel`` and of every tpuprep module those
+import from (this one: the compile options; ``tpugraphs.py``: the column and opcode constants of
+``repad``'s kernels): their bytes name the cache directory. A test keeps the list exactly that."""
 
 
 def sources_digest(root: Path | None = None) -> str:
     """16 hex digits of sha256 over the bytes of ``KERNEL_MODULES`` under ``root`` (default: this
-    package; ≈ 60 KB read once per process). A module that cannot be read counts as absent."""
+    package; ≈ 80 KB read once per process). A module that cannot be read counts as absent."""
     root = Path(__file__).resolve().parent.parent if root is None else root
     h = hashlib.sha256()
     for rel in KERNEL_MODULES:
