@@ -32,6 +32,7 @@ import numpy as np
 from ..tpugraphs import (
     COL_CONV_INPUT_SPATIAL,
     COL_CONV_KERNEL_SPATIAL,
+    COL_DIMENSIONS,
     COL_LAYOUT,
     COL_SHAPE_PRODUCT,
     COL_TUPLE,
@@ -45,8 +46,6 @@ from ..tpugraphs import (
 )
 from .jit import frozen, kernel
 
-COL_DIMENSIONS = 31
-"""node_feat cols 31..36: the HLO ``dimensions`` attribute."""
 UNDECIDED, EMPTY, ONE, RANK, OPERAND_RANK, REDUCED = range(6)
 """How an opcode's ``dimensions`` length L is found: UNDECIDED (it cannot be), EMPTY (0), ONE (1),
 RANK (the node's own output rank), OPERAND_RANK (its one operand's rank), REDUCED (largest operand rank
