@@ -96,7 +96,7 @@ def repad_reference(feat: np.ndarray, opcode: np.ndarray, edges: np.ndarray, nod
     is_tuple = feat[:, tg.COL_TUPLE] == 1.0
     dims = feat[:, tg.COLS_SHAPE_DIMS] != 0
     r_dims = np.where(dims.any(1), 6 - np.argmax(dims[:, ::-1], axis=1), 0)
-    r_perm = np.trunc(np.clip(feat[:, tg.COLS_LAYOUT].max(1), -1.0, 5.0)).astype(np.int64) + 1
+    r_perm = np.floor(np.clip(feat[:, tg.COLS_LAYOUT].max(1), -1.0, 5.0)).astype(np.int64) + 1
     r = np.maximum(r_dims, r_perm)
     r[(r_dims == 0) & (feat[:, tg.COL_SHAPE_PRODUCT] == 1.0)] = 0
     r[is_tuple] = 0
