@@ -99,9 +99,10 @@ def ref_output_rank(row) -> int:
     r_dims = nonzero[-1] + 1 if nonzero else 0
     if not nonzero and row[COL_PRODUCT] == 1:
         return 0
-    r_perm = 1 + max(row[c] for c in LAYOUT_COLS)
+    # the least r above every layout entry (axes 0..r-1): floor, so that -0.5 names no axis, as -1 does
+    r_perm = 1 + math.floor(max(row[c] for c in LAYOUT_COLS))
     # a layout entry can only name one of the 6 axes; a larger value (bad input) cannot make r > 6
-    return min(int(max(r_dims, r_perm)), 6)
+    return min(max(r_dims, r_perm), 6)
 
 
 DIMENSION_COLS = list(range(31, 37))

@@ -227,7 +227,7 @@ def test_verify_repad_copy_equals_reference(graph):
 
 # The rank rule (docs/spec.md §2.2) where it is easy to get wrong: r_dims = 1 + index of the LAST non-zero of
 # cols 21–26 (interior zeros are zero-size dims, a trailing zero of a rank-6 shape is invisible to
-# r_dims), r_perm = 1 + max of ALL six layout cols 134–139, r = max of the two. Expected values are
+# r_dims), r_perm = 1 + floor(max) of ALL six layout cols 134–139, r = max of the two. Expected values are
 # worked out by hand here, not taken from the reference.
 
 
@@ -261,6 +261,13 @@ RANK_CASES = {
     "scalar": ([], [], 2, 1, 0, False),
     "all dims zero, product 0, layout says 2": ([0, 0], [1, 0], 2, 0, 2, False),
     "negative dim counts as non-zero": ([3, -1], [0, 0], 2, None, 2, True),
+    # layout values the reader lets through (finite, not integers): r_perm = 1 + floor(max), so an
+    # all-negative layout names no axis whether its largest entry is -1, -3 or -0.5
+    "fractional negative layout, no dims": ([0, 0], [-0.5] * 6, 2, 0, 0, False),
+    "fractional negative layout, below -1 too": ([0], [-0.25, -3, -1, -1, -1, -1], 2, 0, 0, False),
+    "fractional negative layout, rank from dims": ([4], [-0.5] * 6, 2, None, 1, True),
+    "fractional positive layout": ([4, 4], [0, 1.5], 2, None, 2, True),
+    "fractional layout above rank of dims": ([4], [2.5, 0], 2, None, 3, True),
 }
 
 
@@ -325,6 +332,44 @@ def test_repad_zero_size_dims_equal_reference(graph):
     np.testing.assert_array_equal(out, ref_out)
     np.testing.assert_array_equal(anomalous, ref_anomalous)
     np.testing.assert_array_equal(undecided, ref_undecided)
+
+
+FRACTIONAL_LAYOUT = [-3.0, -1.0, -0.75, -0.5, -0.25, -0.001]
+"""Negative layout values, fractional ones (strictly between −1 and 0) among them."""
+
+
+@st.composite
+def fractional_layout_rows(draw):
+    """Rows whose layout cols 134–139 hold values the reader accepts (finite) but no featurizer writes:
+    fractional and negative, all six negative now and then (the largest strictly between −1 and 0),
+    with shapes of rank 0..6 (all dims zero, product 0 or 1, is the case where the rounding shows)."""
+    r = draw(st.sampled_from([0, 0, 0, 1, 2, 6]))
+    dims = draw(st.lists(st.sampled_from([1, 3, 8]), min_size=r, max_size=r))
+    if draw(st.booleans()):
+        layout = draw(st.lists(st.sampled_from(FRACTIONAL_LAYOUT), min_size=6, max_size=6))
+    else:
+        layout = draw(st.lists(st.sampled_from([*FRACTIONAL_LAYOUT, 0.0, 0.5, 1.0, 2.5, 4.999, 5.0, 5.5, 7.0]),
+                               min_size=6, max_size=6))
+    product = draw(st.sampled_from([None, 0, 1])) if r == 0 else None
+    opcode = draw(st.sampled_from([26, 2, 98, 13, 70]))
+    return _shaped_row(dims, layout, opcode, product, spatial=opcode == 26)
+
+
+@SETTINGS
+@given(repad_graphs(fractional_layout_rows(), max_nodes=8))
+def test_repad_fractional_layouts_equal_reference(graph):
+    """The kernel, verify's copy and the oracle round a non-integer largest layout entry the same way
+    (docs/spec.md §2.2: r_perm = 1 + floor(max), within 0..6)."""
+    feat, opcode, edges, rows = graph
+    for row in feat:
+        assert output_rank(row) == ref_output_rank(row)
+    nodes = np.arange(len(feat)) if rows is None else rows
+    ref_out, ref_anomalous, ref_undecided = ref_repad(feat, opcode, edges, rows)
+    for out, anomalous, undecided in (repad_node_feat(feat, opcode, edges, rows),
+                                      repad_reference(feat, opcode, edges, nodes)):
+        np.testing.assert_array_equal(out, ref_out)
+        np.testing.assert_array_equal(anomalous, ref_anomalous)
+        np.testing.assert_array_equal(undecided, ref_undecided)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ sources, and that an unwritable cache location never breaks an import."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -32,12 +33,38 @@ def _probe(tmp_path: Path, **env: str) -> tuple[str, str]:
     return out[0], out[1] if len(out) > 1 else ""
 
 
-def test_kernel_modules_lists_every_module_with_a_kernel():
-    """The digest covers every module that defines a kernel, and only those: a kernel added to another
-    module would otherwise escape the invalidation."""
-    found = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
-             if re.search(r"^@kernel\b", p.read_text(encoding="utf-8"), re.M)}
-    assert found == set(jit.KERNEL_MODULES)
+def _tpuprep_imports(rel: str) -> set[str]:
+    """Paths under tpuprep/ of the tpuprep modules the module ``rel`` imports from (relative or absolute)."""
+    here = (PACKAGE / rel).parent
+    found = set()
+    for node in ast.walk(ast.parse((PACKAGE / rel).read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = here.joinpath(*[".."] * (node.level - 1), *(node.module or "").split(".")).resolve()
+        elif (node.module or "").split(".")[0] == "tpuprep":
+            base = PACKAGE.joinpath(*node.module.split(".")[1:])
+        else:
+            continue
+        names = [base / alias.name for alias in node.names] + [base]
+        found |= {p.with_suffix(".py").relative_to(PACKAGE).as_posix() for p in names if p.with_suffix(".py").is_file()}
+    return found
+
+
+def test_kernel_modules_lists_every_module_with_a_kernel_and_what_they_import():
+    """The digest covers every module that defines a kernel and every tpuprep module those import from
+    (their constants and callees are compiled into the kernels), and only those: a kernel added to another
+    module, or a constant it reads from one, would otherwise escape the invalidation."""
+    wanted = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+              if re.search(r"^@kernel\b", p.read_text(encoding="utf-8"), re.M)}
+    assert "kernels/repad.py" in wanted
+    todo = set(wanted)
+    while todo:
+        new = _tpuprep_imports(todo.pop()) - wanted
+        wanted |= new
+        todo |= new
+    assert {"tpugraphs.py", "kernels/jit.py", "kernels/base7.py"} <= wanted
+    assert wanted == set(jit.KERNEL_MODULES)
 
 
 def test_digest_follows_every_kernel_module(tmp_path):
@@ -61,6 +88,31 @@ def test_default_cache_is_named_by_the_sources_and_filled(tmp_path):
     assert cached == "True"
     assert Path(where) == tmp_path / "xdg" / "tpuprep" / "numba" / jit.sources_digest()
     assert list(Path(where).rglob("*.nbi")), "no kernel was cached"
+
+
+NUMBA_FIRST = """
+import numba  # first, as torch_geometric (and so tpuprep.pyg) imports it: Numba has read its config
+import numpy as np
+from tpuprep.kernels import jit, pack_chunk, planes
+assert (pack_chunk(np.full((2, 3, 18), 5, np.float32)) == 7**6 - 1).all()
+print(planes._join._cache._cache_path)
+print(jit.compiling_message())
+"""
+
+
+def test_cache_goes_to_the_digest_folder_when_numba_was_imported_first(tmp_path):
+    """Numba reads NUMBA_CACHE_DIR when first imported: jit.py has it read the folder it sets, or the
+    kernels would go to the package's __pycache__ (no sources digest, a read-only install written into)
+    while the message named the digest folder."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "TPUPREP_NUMBA_CACHE")}
+    proc = subprocess.run([sys.executable, "-c", NUMBA_FIRST], env=environ | {"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cache_path, message = proc.stdout.splitlines()
+    folder = tmp_path / "xdg" / "tpuprep" / "numba" / jit.sources_digest()
+    assert Path(cache_path).is_relative_to(folder), cache_path
+    assert message == f"compiling tpuprep's kernels once (cached in {folder} for later runs) ..."
+    assert list(folder.rglob("base7.*.nbi")), "pack_chunk's kernel was not cached in the digest folder"
 
 
 def test_unwritable_cache_location_still_runs_the_kernels(tmp_path):
@@ -207,3 +259,17 @@ def test_commands_show_tpuprep_notes_on_stderr_and_in_the_log(tmp_path, capsys):
     assert out == "" and err == "note shown\n"
     assert [line.split(" ", 1)[1] for line in (tmp_path / "run.log").read_text().splitlines()] == [
         "note shown", "note logged only"]
+
+
+def test_processes_starting_together_do_not_remove_each_others_write_probe(tmp_path):
+    """Each process probes the cache folder with a file of its own: with one shared name, one process
+    could remove another's probe between its touch and unlink, and that one would then compile in
+    memory on every run. Threads of one process stand in for processes started at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start(_: int) -> bool:
+        return all(jit.writable_folder(tmp_path / "cache") for _ in range(300))
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(start, range(8)))
+    assert not list((tmp_path / "cache").iterdir())  # no probe left behind

@@ -152,16 +152,18 @@ COLS_SHAPE_DIMS = slice(21, 27)
 """node_feat columns: output shape dims 0..5 (0-padded)."""
 COL_SHAPE_PRODUCT = 28
 """node_feat column: output shape product (1 for an empty shape)."""
-COLS_DIMENSIONS = slice(31, 37)
-"""node_feat columns: the HLO ``dimensions`` attribute (0-padded, ambiguous)."""
+COL_DIMENSIONS = 31
+"""node_feat columns 31..36: the HLO ``dimensions`` attribute (0-padded, ambiguous)."""
+COLS_DIMENSIONS = slice(COL_DIMENSIONS, COL_DIMENSIONS + 6)
 COL_CONV_INPUT_SPATIAL = 95
 """node_feat columns 95..98: conv input spatial dims (0-padded, ambiguous)."""
 COL_CONV_KERNEL_SPATIAL = 101
 """node_feat columns 101..104: conv kernel spatial dims (0-padded, ambiguous)."""
 COL_LAYOUT = 134
 """node_feat columns 134..139: layout_minor_to_major of the output (0-padded, ambiguous)."""
-COLS_LAYOUT = slice(134, 140)
-_REPADDED = (*range(31, 37), *range(95, 99), *range(101, 105), *range(134, 140))
+COLS_LAYOUT = slice(COL_LAYOUT, COL_LAYOUT + 6)
+_REPADDED = (*range(COL_DIMENSIONS, COL_DIMENSIONS + 6), *range(COL_CONV_INPUT_SPATIAL, COL_CONV_INPUT_SPATIAL + 4),
+             *range(COL_CONV_KERNEL_SPATIAL, COL_CONV_KERNEL_SPATIAL + 4), *range(COL_LAYOUT, COL_LAYOUT + 6))
 # REPADDED_COLUMNS: (20,) int64 array, the node_feat columns whose zero padding tpuprep's re-padding
 # may turn into −1. Built on first use (module __getattr__ below), so that reading this vocabulary
 # (e.g. ``tpuprep info``) does not import NumPy.

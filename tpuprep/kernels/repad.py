@@ -5,7 +5,8 @@ This kernel recovers each sequence's length and rewrites the padding after it as
 
 - the output rank r: 0 for tuples (col 18 == 1) and for scalars (cols 21–26 all zero and shape
   product, col 28, == 1); otherwise r = max(r_dims, r_perm) with r_dims = 1 + index of the last
-  non-zero of cols 21–26 and r_perm = 1 + max(cols 134–139);
+  non-zero of cols 21–26 and r_perm = 1 + ⌊max(cols 134–139)⌋ within 0..6 (the least r above every
+  layout entry: −0.5 or −3 name no axis, 2.5 names axes up to 2);
 - cols 134+r .. 139 (layout_minor_to_major) become −1;
 - convolutions (opcode 26) keep s = max(r − 2, 0) spatial dims: cols 95+s .. 98 and 101+s .. 104 become
   −1; every other node gets −1 in all of 95–98 and 101–104;
@@ -25,6 +26,7 @@ is neither 0 nor −1): then cols 31–36 stay as they are.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -32,6 +34,7 @@ import numpy as np
 from ..tpugraphs import (
     COL_CONV_INPUT_SPATIAL,
     COL_CONV_KERNEL_SPATIAL,
+    COL_DIMENSIONS,
     COL_LAYOUT,
     COL_SHAPE_PRODUCT,
     COL_TUPLE,
@@ -45,8 +48,6 @@ from ..tpugraphs import (
 )
 from .jit import frozen, kernel
 
-COL_DIMENSIONS = 31
-"""node_feat cols 31..36: the HLO ``dimensions`` attribute."""
 UNDECIDED, EMPTY, ONE, RANK, OPERAND_RANK, REDUCED = range(6)
 """How an opcode's ``dimensions`` length L is found: UNDECIDED (it cannot be), EMPTY (0), ONE (1),
 RANK (the node's own output rank), OPERAND_RANK (its one operand's rank), REDUCED (largest operand rank
@@ -92,7 +93,7 @@ def output_rank(row):
     for d in range(1, 6):
         if row[COL_LAYOUT + d] > largest:
             largest = row[COL_LAYOUT + d]
-    r_perm = int(min(max(largest, -1.0), 5.0)) + 1  # 1 + max(cols 134-139), kept within 0..6
+    r_perm = math.floor(min(max(largest, -1.0), 5.0)) + 1  # 1 + floor(max(cols 134-139)), within 0..6
     return max(r_dims, r_perm)
 
 

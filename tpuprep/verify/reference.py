@@ -93,22 +93,23 @@ def repad_reference(feat: np.ndarray, opcode: np.ndarray, edges: np.ndarray, nod
     anomaly mask (n',) bool: first r layout entries not a permutation of 0..r−1, or ``dimensions``
     contradicting their length; the undecided mask (n',) bool: that length cannot be told). ``rule`` 1
     is the rule of manifests before ``repad_rule`` was recorded: cols 31–36 untouched, none undecided."""
-    dims = feat[:, 21:27] != 0
+    is_tuple = feat[:, tg.COL_TUPLE] == 1.0
+    dims = feat[:, tg.COLS_SHAPE_DIMS] != 0
     r_dims = np.where(dims.any(1), 6 - np.argmax(dims[:, ::-1], axis=1), 0)
-    r_perm = np.trunc(np.clip(feat[:, 134:140].max(1), -1.0, 5.0)).astype(np.int64) + 1
+    r_perm = np.floor(np.clip(feat[:, tg.COLS_LAYOUT].max(1), -1.0, 5.0)).astype(np.int64) + 1
     r = np.maximum(r_dims, r_perm)
-    r[(r_dims == 0) & (feat[:, 28] == 1.0)] = 0
-    r[feat[:, 18] == 1.0] = 0
-    length = dimensions_lengths(opcode, r, feat[:, 18] == 1.0, np.asarray(edges, np.int64))[nodes]
+    r[(r_dims == 0) & (feat[:, tg.COL_SHAPE_PRODUCT] == 1.0)] = 0
+    r[is_tuple] = 0
+    length = dimensions_lengths(opcode, r, is_tuple, np.asarray(edges, np.int64))[nodes]
     feat, r, opcode = feat[nodes], r[nodes], np.asarray(opcode)[nodes]
-    layout = feat[:, 134:140]
+    layout = feat[:, tg.COLS_LAYOUT]
     out = feat.copy()
     slot = np.arange(6)
-    out[:, 134:140][slot[None, :] >= r[:, None]] = -1.0
+    out[:, tg.COLS_LAYOUT][slot[None, :] >= r[:, None]] = -1.0
     spatial = np.where(opcode == OPCODE_CONVOLUTION, np.minimum(np.maximum(r - 2, 0), 4), 0)
     pad = np.arange(4)[None, :] >= spatial[:, None]
-    out[:, 95:99][pad] = -1.0
-    out[:, 101:105][pad] = -1.0
+    out[:, tg.COL_CONV_INPUT_SPATIAL : tg.COL_CONV_INPUT_SPATIAL + 4][pad] = -1.0
+    out[:, tg.COL_CONV_KERNEL_SPATIAL : tg.COL_CONV_KERNEL_SPATIAL + 4][pad] = -1.0
     head = slot[None, :] < r[:, None]
     fine = (layout == np.trunc(layout)) & (layout >= 0) & (layout < r[:, None])
     value = np.where(head & fine, layout, -1).astype(np.int64)
@@ -116,10 +117,10 @@ def repad_reference(feat: np.ndarray, opcode: np.ndarray, edges: np.ndarray, nod
     anomalous = (head & ~fine).any(1) | repeated.any(1)
     if rule < 2:
         return out, anomalous, np.zeros(len(r), bool)
-    given = feat[:, 31:37]
+    given = feat[:, tg.COLS_DIMENSIONS]
     kept = slot[None, :] < length[:, None]
     contradicted = (length >= 0) & ((kept & (given < 0)) | (~kept & (given != 0) & (given != -1))).any(1)
-    out[:, 31:37][(length[:, None] >= 0) & ~contradicted[:, None] & ~kept] = -1.0
+    out[:, tg.COLS_DIMENSIONS][(length[:, None] >= 0) & ~contradicted[:, None] & ~kept] = -1.0
     return out, anomalous | contradicted, length < 0
 
 
