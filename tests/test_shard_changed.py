@@ -4,7 +4,8 @@ object replaced by another valid shard of the same size are refused on every rea
 ``sample_configs`` (the direct page reader), ``read_configs`` with the structure's columns (pages) and
 without (the pyarrow fallback), ``iter_config_blocks``, ``load_graph`` (structure and codes),
 ``graph_row``, ``config_runtimes`` and a tile sample — with the one line a rename already gets: "the
-shard folder changed after it was opened"."""
+shard folder changed after it was opened". DataLoader workers (fork, spawn), which open the folder again,
+refuse a folder rebuilt after the dataset was opened."""
 
 from __future__ import annotations
 
@@ -157,3 +158,26 @@ def test_a_sample_of_an_unchanged_folder_takes_no_extra_request(builds, bucket):
     finally:
         s3fs.S3FileSystem._call_s3 = real
     assert calls and all(c == ("get_object", True) for c in calls), calls
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_refuse_a_folder_rebuilt_after_it_was_opened(builds, tmp_path, context):
+    """DataLoader workers open the folder again (a forked one also inherits the parent's structures
+    cache, warmed up from build A): after ``build --overwrite`` turned it into build B, their first read
+    is the folder-changed line, handed to the main process, never B's rows under A's plan."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from tpuprep.sampling.batches import ConfigBatches
+    from tpuprep.torch import ConfigBatchDataset
+
+    dst = tmp_path / "shards"
+    build(builds["a"].parent / "src-a", dst)
+    ds = tpuprep.open_dataset(dst)
+    dataset = ConfigBatchDataset(ConfigBatches(ds, "layout:xla:random", k=8, batches_per_graph=4))  # warmed up
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
+    assert len(list(loader)) == 4  # build A, read by both workers
+    build(builds["b"].parent / "src-b", dst, overwrite=True)
+    with pytest.raises(BadShards, match=rf"{dst}: the shard folder changed after it was opened "
+                                        r"\(.*manifest\.json is not the manifest it was opened with\): open it again"):
+        list(loader)
