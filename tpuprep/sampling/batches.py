@@ -16,8 +16,9 @@ progress (``worker_state`` / ``load_worker_state``: torchdata's ``StatefulDataLo
 the torch adapter; ``sampling.resume``).
 Memory stays bounded whatever the collection size: each batch reads only its k configs
 (``Dataset.read_configs``), graph structures (plus runtimes and small graphs' configs) are kept in a
-``StructureCache`` of ``cache_bytes`` bytes, one per reader process, and an epoch's plan is one int32
-permutation of at most 2**24 items, decoded a chunk at a time.
+``StructureCache`` of ``cache_bytes`` bytes, one per reader process, and an epoch's plan of at most 2**24
+items holds at most 8 bytes per item (``sampling.plan``, "Bounds"; 128 MiB at the bound), decoded a chunk
+at a time.
 """
 
 from __future__ import annotations
