@@ -128,6 +128,17 @@ def test_one_collection_keeps_the_plan_of_every_earlier_version():
         assert np.array_equal(epoch_plan(4, quotas, seed, epoch), want)
 
 
+@pytest.mark.parametrize("weights", [[1, 3], [3, 1], [1, 1.001]])
+def test_a_plan_holds_at_most_8_bytes_per_item(weights):
+    """The order (N int32) and the partial rounds' picks (≤ N int32, each its own array: a view of the
+    permutation it was drawn from would keep all R_c items of it alive, int64: 192 MiB at the bound)."""
+    layout = PlanLayout.mix(["a", "b"], weights, [300, 500], np.full(800, 25))
+    plan = EpochPlan(layout, 3, 1)
+    picks = [p for p in plan._picks if len(p)]
+    assert picks and all(p.base is None and p.dtype == np.int32 for p in picks)
+    assert plan.order.nbytes + sum(p.nbytes for p in picks) <= 8 * len(plan)
+
+
 def test_an_epoch_over_the_bound_is_refused_before_anything_is_allocated(ds):
     layout = PlanLayout.single(np.array([MAX_EPOCH_ITEMS, 1]))
     with pytest.raises(ValueError, match="more than 16,777,216"):

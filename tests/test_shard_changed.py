@@ -3,8 +3,11 @@ in place (``cp`` over it: the same inode; or ``rsync --inplace -t``: the mtime p
 object replaced by another valid shard of the same size are refused on every reading path —
 ``sample_configs`` (the direct page reader), ``read_configs`` with the structure's columns (pages) and
 without (the pyarrow fallback), ``iter_config_blocks``, ``load_graph`` (structure and codes),
-``graph_row``, ``config_runtimes`` and a tile sample — with the one line a rename already gets: "the
-shard folder changed after it was opened"."""
+``graph_row``, ``config_runtimes``, a tile sample, ``counts`` and ``collection_sizes`` — with the one line
+a rename already gets: "the shard folder changed after it was opened". The table reads (``counts``,
+``collection_sizes``) also refuse a folder rebuilt between their schema check and their read, and
+DataLoader workers (fork, spawn), which open the folder again, refuse a folder rebuilt after the dataset
+was opened."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from s3server import upload_folder
 import tpuprep
 from tpuprep.build import build
 from tpuprep.errors import BadShards
+from tpuprep.sampling.padding import collection_sizes
 from tpuprep.shards import pages
 
 LAYOUT, TILE = "layout:xla:random:g", "tile:xla:t"
@@ -81,6 +85,8 @@ READS = {
     "graph_row": lambda ds: lambda: ds.graph_row(LAYOUT),
     "config_runtimes": lambda ds: lambda: ds.config_runtimes(LAYOUT),
     "tile_sample": lambda ds: lambda: ds.sample_configs(TILE, 4, seed=0),
+    "counts": lambda ds: lambda: ds.counts("layout:xla:random"),
+    "collection_sizes": lambda ds: lambda: collection_sizes(ds, "tile:xla"),
 }
 """Each reading path: called on an open dataset before the change, it reads what that path needs besides
 the bytes under test, and returns the read to make after the change."""
@@ -157,3 +163,64 @@ def test_a_sample_of_an_unchanged_folder_takes_no_extra_request(builds, bucket):
     finally:
         s3fs.S3FileSystem._call_s3 = real
     assert calls and all(c == ("get_object", True) for c in calls), calls
+
+
+TABLE_READS = {
+    "counts": lambda ds: ds.counts("layout:xla:random"),
+    "collection_sizes": lambda ds: collection_sizes(ds, "tile:xla"),
+}
+"""The reads that aggregate whole tables (``shards.scans``): their files are checked, then read."""
+
+
+@pytest.mark.parametrize("read", sorted(TABLE_READS))
+@pytest.mark.parametrize("how", ["cp", "rename"])
+def test_a_table_read_refuses_a_shard_changed_between_its_check_and_its_read(builds, tmp_path, read, how):
+    """The folder rebuilt (B's files put in place of A's) just after the table read checked a shard's
+    schema and before it reads the rows — the window where a polars scan by path would read B's rows."""
+    from tpuprep.shards import scans
+
+    dst = tmp_path / "shards"
+    shutil.copytree(builds["a"], dst)
+    ds = tpuprep.open_dataset(dst)
+    real, done = scans.check_shard_schema, []
+
+    def then_rebuilt(*args, **kwargs):
+        real(*args, **kwargs)
+        if not done:
+            for new in sorted(builds["b"].rglob("*.parquet")):
+                old = dst / new.relative_to(builds["b"])
+                if how == "cp":
+                    _rewrite_in_place(old, new, keep_times=True)
+                else:
+                    shutil.copyfile(new, old.with_suffix(".tmp"))
+                    os.replace(old.with_suffix(".tmp"), old)
+            done.append(True)
+
+    with mock.patch.object(scans, "check_shard_schema", then_rebuilt), \
+            pytest.raises(BadShards, match=rf"^{dst}: the shard folder changed after it was opened \(.* was "
+                                           r"(rewritten|replaced) after it was opened\): open it again$"):
+        TABLE_READS[read](ds)
+    assert done
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers_refuse_a_folder_rebuilt_after_it_was_opened(builds, tmp_path, context):
+    """DataLoader workers open the folder again (a forked one also inherits the parent's structures
+    cache, warmed up from build A): after ``build --overwrite`` turned it into build B, their first read
+    is the folder-changed line, handed to the main process, never B's rows under A's plan."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from tpuprep.sampling.batches import ConfigBatches
+    from tpuprep.torch import ConfigBatchDataset
+
+    dst = tmp_path / "shards"
+    build(builds["a"].parent / "src-a", dst)
+    ds = tpuprep.open_dataset(dst)
+    dataset = ConfigBatchDataset(ConfigBatches(ds, "layout:xla:random", k=8, batches_per_graph=4))  # warmed up
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
+    assert len(list(loader)) == 4  # build A, read by both workers
+    build(builds["b"].parent / "src-b", dst, overwrite=True)
+    with pytest.raises(BadShards, match=rf"{dst}: the shard folder changed after it was opened "
+                                        r"\(.*manifest\.json is not the manifest it was opened with\): open it again"):
+        list(loader)

@@ -16,8 +16,9 @@ progress (``worker_state`` / ``load_worker_state``: torchdata's ``StatefulDataLo
 the torch adapter; ``sampling.resume``).
 Memory stays bounded whatever the collection size: each batch reads only its k configs
 (``Dataset.read_configs``), graph structures (plus runtimes and small graphs' configs) are kept in a
-``StructureCache`` of ``cache_bytes`` bytes, one per reader process, and an epoch's plan is one int32
-permutation of at most 2**24 items, decoded a chunk at a time.
+``StructureCache`` of ``cache_bytes`` bytes, one per reader process, and an epoch's plan of at most 2**24
+items holds at most 8 bytes per item (``sampling.plan``, "Bounds"; 128 MiB at the bound), decoded a chunk
+at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..io.store import Store
 from ..shards.reader import ConfigSample, Dataset, GraphRecord
 from .cache import StructureCache
 from .mixing import select
@@ -66,6 +68,12 @@ class ConfigBatch:
     sample: ConfigSample
     epoch: int
     position: int
+
+
+def manifest_digest(manifest: dict) -> str:
+    """A digest (64 hex digits) of a dataset's manifest as read (``Dataset.manifest``): the same for the
+    same build (manifests are deterministic), another for any other build."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
 
 def item_rng(seed: int, epoch: int, graph_id: str, batch: int) -> np.random.Generator:
@@ -125,12 +133,13 @@ class ConfigBatches:
         self.graph_ids = selection.graph_ids
         self.collections, self.weights = selection.names, selection.weights
         self.collection = None if selection.mixed else selection.names[0]
-        self.ds, self.split, self.k = ds, split, k
+        self._ds, self.split, self.k = ds, split, k
+        self._manifest_digest = manifest_digest(ds.manifest)  # what a DataLoader worker must find again
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
         self.cache_bytes, self.drop_last = cache_bytes, drop_last
         self.worker, self.num_workers = 0, 1
-        self._opened_in = os.getpid()  # a forked child opens the dataset again (``_own_dataset``)
+        self._opened_in: int | None = os.getpid()  # a forked child opens the dataset again (``_own_dataset``)
         self._quotas: np.ndarray | None = None
         self._layout: PlanLayout | None = None
         self._progress = SharedProgress()
@@ -204,15 +213,30 @@ class ConfigBatches:
         return len(range(self.worker, length, self.num_workers))
 
     # -- reading --------------------------------------------------------------------------------
+    @property
+    def ds(self) -> Dataset:
+        """The dataset read from: the one given, or in another process (a DataLoader worker) the same
+        folder opened again there, checked to be the build the given one opened (``_own_dataset``)."""
+        self._own_dataset()
+        return self._ds
+
     def _own_dataset(self) -> None:
-        """In a process forked after the dataset was opened (a fork DataLoader worker), open it again:
-        pyarrow's open files and their read caches must not be shared with the parent (reads can
-        hang), nor an object store's client (fsspec's are not fork-safe), so the store is made again
-        as a spawned worker gets it (pickled: the same location, options and bucket cache). The
-        cache's arrays, inherited, stay valid."""
-        if self._opened_in != os.getpid():
-            self.ds = Dataset(pickle.loads(pickle.dumps(self.ds.store)))
-            self._opened_in = os.getpid()
+        """In a process other than the one that opened the dataset — forked after it was opened, or
+        started by spawn/forkserver (``__setstate__``) — open it again, on first use: pyarrow's open
+        files and their read caches must not be shared with the parent (reads can hang), nor an object
+        store's client (fsspec's are not fork-safe), so the store is made again as a spawned worker gets
+        it (pickled: the same location, options and bucket cache). Its manifest must be the one the
+        given dataset opened (``manifest_digest``): a folder rebuilt in between is ``BadShards``, "the
+        shard folder changed after it was opened", in the worker's first read, never the new build's
+        rows beside the old build's plan and inherited cache (whose arrays, the same build's, stay
+        valid). The shards themselves are checked as every ``Dataset`` checks them (their ids)."""
+        if self._opened_in == os.getpid():
+            return
+        store = self._ds if isinstance(self._ds, Store) else pickle.loads(pickle.dumps(self._ds.store))
+        ds = Dataset(store)
+        if manifest_digest(ds.manifest) != self._manifest_digest:
+            raise ds.files.changed(f"{ds.manifest_path} is not the manifest it was opened with")
+        self._ds, self._opened_in = ds, os.getpid()
 
     def __iter__(self) -> Iterator[ConfigBatch]:
         """Begin a pass now (the epoch and resume point are read here, not at the first batch) and
@@ -269,16 +293,17 @@ class ConfigBatches:
         ``cache_dir``); the cache starts empty; the epoch and resume point stay shared with this object
         when a worker is being started (``SharedProgress``)."""
         state = dict(vars(self))
-        state["ds"] = self.ds.store
+        state["_ds"] = self.ds.store
         for local in ("cache", "_pass", "_position", "_next", "_local", "_opened_in"):
             del state[local]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        store = state.pop("ds")
-        vars(self).update(state)
-        self.ds = Dataset(store)
-        self._opened_in = os.getpid()
+        """The dataset is opened again at its first use (``_own_dataset``), so that a folder changed
+        meanwhile is an error of that read (which a DataLoader hands to the main process as it is),
+        not of unpickling (a worker that dies at start)."""
+        vars(self).update(state)  # _ds: the store until then
+        self._opened_in = None
         self._reset_local()
 
     # -- resuming -------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ are ``(N−1, N−1)`` and padded ``node_config_ids`` are ``N−1``: node N−1 
 a message-passing layer that ignores ``edge_mask`` still never mixes a padding value into a real node
 (nor a real one into padding, except into node N−1, which a loss must ignore through ``node_mask``).
 
-This module is pure NumPy (``collection_sizes`` only calls ``Dataset.scan``): any stack can use it.
+This module is pure NumPy (``collection_sizes`` reads through the dataset's ``shards.scans``): any
+stack can use it.
 """
 
 from __future__ import annotations
@@ -145,13 +146,15 @@ class ShapeLadder:
 
 def collection_sizes(ds: Any, collection: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(num_nodes, num_edges, num_config_nodes or None for tile), each (G,) int64, of every graph of
-    ``collection`` over all its splits, read from the shards' ``graphs`` table (``Dataset.scan``:
-    three int columns, never the features)."""
+    ``collection`` over all its splits, read from the shards' ``graphs`` table (three int columns, never
+    the features) through the files the dataset opened (``shards.scans.graph_columns``): a shard changed
+    since is ``BadShards``, "the shard folder changed after it was opened", never another build's sizes."""
+    from ..shards.scans import graph_columns
+
     layout = collection.startswith("layout")
     cols = ["num_nodes", "num_edges"] + (["num_config_nodes"] if layout else [])
-    frame = ds.scan("graphs", collection).select(cols).collect()
-    got = [frame[c].to_numpy().astype(np.int64) for c in cols]
-    return got[0], got[1], got[2] if layout else None
+    got = graph_columns(ds.files, ds.manifest, collection, cols)
+    return got["num_nodes"], got["num_edges"], got["num_config_nodes"] if layout else None
 
 
 def pad_batch(arrays: dict[str, Any], ladder: ShapeLadder, k: int) -> dict[str, Any]:
