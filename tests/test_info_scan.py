@@ -1,5 +1,5 @@
 """Issue 12 item 8: ``Dataset.counts`` and ``tpuprep info --from-shards`` recount the per-collection and
-per-split table from the shards with one polars scan (``ds.scan``) per collection; the default
+per-split table from the shards (their int columns, read through the opened files); the default
 ``tpuprep info`` keeps reading the manifest (its start-up budget: ``tests/test_cli_startup.py``)."""
 
 from __future__ import annotations

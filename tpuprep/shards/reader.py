@@ -222,8 +222,8 @@ class Dataset:
         ``unique_configs``, ``nodes_before``/``nodes_after``, ``edges_before``/``edges_after``,
         ``bytes_in`` (npz bytes), ``anomalies``, ``dimensions_undecided`` (sums of the ``graphs`` rows'
         scalars, int; the last one only when the shards have it, schema >= 3.3) and ``bytes_out`` (the
-        bytes of the split's shard files on disk). One ``scan`` aggregated per split: polars reads only
-        those int columns of the ``graphs`` shards, never the features."""
+        bytes of the split's shard files as opened). Only those int columns of the ``graphs`` shards are
+        read, through the opened files (``scans.counts``), never the features."""
         return scans.counts(self.files, self.manifest, collection)
 
     # -- shard files: files (shard_files.py) -------------------------------------------------------
