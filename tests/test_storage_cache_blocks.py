@@ -260,3 +260,87 @@ def test_processes_sharing_a_small_cache_never_read_a_wrong_or_partial_block(tmp
 def test_the_index_path_is_inside_the_cache_folder(tmp_path, fresh):
     cache = BlockCache(tmp_path / "c", 1)
     assert cache.home == Path(tmp_path / "c" / bc.FOLDER) and (cache.home / "index.sqlite").is_file()
+
+
+# ------------------------------------------------------------------ races and failures at each seam
+
+
+def _rows(cache: BlockCache) -> dict[str, tuple[str, str]]:
+    """name -> (state, ident) of every row of the index (read with a connection of its own)."""
+    with sqlite3.connect(cache.home / "index.sqlite") as db:
+        return {n: (s, i) for n, s, i in db.execute("SELECT name, state, ident FROM blocks")}
+
+
+def _ident_of(path: Path) -> str:
+    st = os.stat(path, follow_symlinks=False)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _between(monkeypatch, path: Path, action) -> list:
+    """Run ``action(open, args)`` the first time this process opens ``path`` (after a reader read the
+    block's row, before it opens its file: the seam a reader and other processes race at); it returns
+    what that open returns (or raises). The list it returns fills once that happened."""
+    real_open, done = os.open, []
+
+    def seam(file, flags, *args, **kwargs):
+        if not done and Path(os.fsdecode(file)) == path:
+            done.append(True)
+            return action(lambda: real_open(file, flags, *args, **kwargs))
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(bc.os, "open", seam)
+    return done
+
+
+def test_a_reader_racing_an_eviction_and_a_rewrite_keeps_the_new_blocks_row(tmp_path, fresh, monkeypatch):
+    """The reader reads a's row, then another process evicts a and writes it again before the reader
+    opens the file: the reader finds a file that is not the one its row named, and must not drop the
+    row of the new one (that file would never be evicted nor a written again: fetched forever)."""
+    other = BlockCache(tmp_path, 10)  # another process, in a cache of room for one block
+    name = _put(other, "a", b"a" * 10)
+    reader = BlockCache(tmp_path, 10)
+    third = BlockCache(tmp_path, 10)  # a third process has a's file open: its inode is not reused
+    assert third.read(name, [(0, 1)]) == [b"a"]
+    old = _ident_of(reader.blocks / name)
+
+    def evict_and_rewrite(open_):
+        _put(other, "b", b"b" * 10)  # a evicted
+        _put(other, "a", b"a" * 10)  # b evicted, a written again: another file
+        assert _ident_of(reader.blocks / name) != old
+        return open_()
+
+    raced = _between(monkeypatch, reader.blocks / name, evict_and_rewrite)
+    assert reader.read(name, [(0, 10)]) in (None, [b"a" * 10])
+    assert raced
+    assert _rows(reader) == {name: ("ready", _ident_of(reader.blocks / name))}
+    assert reader.read(name, [(0, 10)]) == [b"a" * 10]
+    _put(other, "c", b"c" * 10)  # a's new file is the cache's: evicted, the disk stays within the cap
+    assert _files(other) == {block_name("c"): 10}
+
+
+@pytest.mark.parametrize("trouble", ["deleted", "symlink", "descriptors"])
+def test_a_block_that_cannot_be_opened_is_forgotten_only_when_it_is_not_there(tmp_path, fresh, monkeypatch,
+                                                                            trouble):
+    """A block file gone, or a symbolic link in its place, drops its row (the link and its target left
+    alone); no descriptor left (EMFILE) is this read's trouble: read without the cache, row kept."""
+    cache = BlockCache(tmp_path, None)
+    name = _put(BlockCache(tmp_path, None), "a", b"a" * 10)
+    path, users = cache.blocks / name, tmp_path / "users-file"
+    if trouble == "deleted":
+        path.unlink()
+    elif trouble == "symlink":
+        users.write_bytes(b"U" * 10)
+        path.unlink()
+        path.symlink_to(users)
+    else:
+        def no_descriptor(_open):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        _between(monkeypatch, path, no_descriptor)
+    assert cache.read(name, [(0, 10)]) is None
+    if trouble == "descriptors":
+        assert cache.read(name, [(0, 10)]) == [b"a" * 10] and cache.usage()["ready"] == 1
+        return
+    assert cache.usage()["ready"] == 0
+    if trouble == "symlink":
+        assert path.is_symlink() and users.read_bytes() == b"U" * 10

@@ -188,15 +188,17 @@ class BlockCache:
                                          (name,)).fetchone()
         if row is None:
             return None
+        size, ident = row
         try:
             fd = os.open(self.blocks / name, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
-        except OSError:
-            self._forget(name)
-            return None
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP):  # gone, or a symbolic link: not the cache's file
+                self._forget(name, ident)
+            return None  # otherwise (no descriptor left, ...) this read goes without the cache
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != row[0] or _ident(st) != row[1]:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size or _ident(st) != ident:
             os.close(fd)
-            self._forget(name)  # not the file the cache wrote: neither read nor deleted
+            self._forget(name, ident)  # not the file the cache wrote: neither read nor deleted
             return None
         self._keep(name, fd)
         self._touch(name, force=True)
@@ -214,9 +216,13 @@ class BlockCache:
             with contextlib.suppress(sqlite3.OperationalError):  # busy: the order is a hint
                 self._connection().execute("UPDATE blocks SET used = ? WHERE name = ?", (now, name))
 
-    def _forget(self, name: str) -> None:
-        """Drop the row of ``name`` (its file, if any, is not the cache's: left alone)."""
-        self._connection().execute("DELETE FROM blocks WHERE name = ? AND state = 'ready'", (name,))
+    def _forget(self, name: str, ident: str) -> None:
+        """Drop the row of ``name`` if it still names the file ``ident`` (device:inode): the file at
+        ``name`` is not that one (gone, or not the cache's: left alone). A row that names another file
+        now is another process's block, evicted and written again since this one read the row: kept."""
+        with contextlib.suppress(sqlite3.OperationalError):  # busy: the row stays, this read goes uncached
+            self._connection().execute("DELETE FROM blocks WHERE name = ? AND state = 'ready' AND ident = ?",
+                                       (name, ident))
 
     # ------------------------------------------------------------------------------- writing
 
