@@ -7,6 +7,7 @@ for a block another is writing get it once it is whole (issue #38 item 3). Real 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import multiprocessing
 import os
@@ -19,7 +20,7 @@ import pytest
 
 from tpuprep.errors import FatalError
 from tpuprep.io import block_cache as bc
-from tpuprep.io.block_cache import BlockCache, block_name
+from tpuprep.io.block_cache import BlockCache, Claims, block_name
 
 
 def _want(tag: str, size: int) -> tuple[str, str, int]:
@@ -344,3 +345,161 @@ def test_a_block_that_cannot_be_opened_is_forgotten_only_when_it_is_not_there(tm
     assert cache.usage()["ready"] == 0
     if trouble == "symlink":
         assert path.is_symlink() and users.read_bytes() == b"U" * 10
+
+
+def held_temporaries(cache: BlockCache) -> list[str]:
+    """The temporaries of ``cache`` this process still has a descriptor of, but not as a block (a
+    leaked one keeps its ``flock``: every other process would wait for it). A block this process
+    wrote stays open through the temporary's name, gone since, while the block's name holds it."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if str(cache.tmp) in target and (not target.endswith(" (deleted)") or os.fstat(int(fd)).st_nlink == 0):
+                out.append(target)
+    return out
+
+
+def _settled(tmp_path: Path, tag: str, size: int) -> Claims:
+    """Another process claims block ``tag`` at once (never waits: ``busy`` would be a 120 s wait)."""
+    started = time.monotonic()
+    claims = BlockCache(tmp_path, None).claim([_want(tag, size)])
+    assert not claims.busy and time.monotonic() - started < 5, claims
+    return claims
+
+
+class _FailingIndex:
+    """The index connection of a cache whose statements containing ``text`` fail as a full disk does."""
+
+    def __init__(self, db: sqlite3.Connection, text: str):
+        self.db, self.text = db, text
+
+    def execute(self, sql: str, *args):
+        if self.text in sql:
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self.db, name)
+
+
+@pytest.mark.parametrize("trouble", ["link", "write"])
+def test_a_commit_that_fails_settles_its_reservation(tmp_path, fresh, monkeypatch, trouble):
+    """No hard links on this filesystem (EPERM), a disk that fails a write (EIO): the commit says False
+    (the caller uses its bytes once), nothing of the block is kept, its temporary is neither left nor
+    held (another process would wait 120 s on each read of it)."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+
+    def refused(*_args, **_kwargs):
+        raise OSError(errno.EPERM if trouble == "link" else errno.EIO, "refused")
+
+    monkeypatch.setattr(os, trouble if trouble == "link" else "pwrite", refused)
+    assert not cache.commit(res, b"a" * 10)
+    monkeypatch.undo()
+    assert not held_temporaries(cache) and not list(cache.tmp.iterdir()) and not _files(cache) and not _rows(cache)
+    assert [r.key for r in _settled(tmp_path, "a", 10).reserved] == ["a"]
+
+
+def test_a_commit_the_index_refuses_leaves_nothing_held(tmp_path, fresh):
+    """The index locked by another process for longer than its busy timeout ("database is locked"):
+    the commit says False; its row stays pending (the index cannot be changed) but its temporary is no
+    longer locked, so the next claim settles it instead of waiting for it."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+    cache._connection().execute("PRAGMA busy_timeout = 100")
+    blocker = sqlite3.connect(cache.home / "index.sqlite", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    assert not cache.commit(res, b"a" * 10)
+    blocker.execute("ROLLBACK")
+    assert not held_temporaries(cache) and not _files(cache)
+    assert [r.key for r in _settled(tmp_path, "a", 10).reserved] == ["a"]
+
+
+def test_a_block_linked_but_not_recorded_is_adopted_by_the_next_claim(tmp_path, fresh):
+    """The block is whole at its name when the index refuses to record it (full): the commit says
+    False and lets go of its temporary; the next claim finds the file the writer linked (as after a
+    writer that died there) and makes it ready. Nothing left pending or held, nothing written twice."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+    cache._db = _FailingIndex(cache._db, "SET state = 'ready'")
+    assert not cache.commit(res, b"a" * 10)
+    assert not held_temporaries(cache)
+    claims = _settled(tmp_path, "a", 10)
+    assert claims.ready == [block_name("a")] and not list(cache.tmp.iterdir())
+    assert BlockCache(tmp_path, None).read(block_name("a"), [(0, 10)]) == [b"a" * 10]
+
+
+def test_a_transaction_whose_commit_fails_is_rolled_back(tmp_path, fresh):
+    """COMMIT refused (a full disk): the transaction must not stay open on the connection (it would
+    hold the index's write lock: every other process's claim would wait, then fail)."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+    cache._db = _FailingIndex(cache._db, "COMMIT")
+    assert not cache.commit(res, b"a" * 10)
+    assert not cache._db.in_transaction and not held_temporaries(cache)
+    other = BlockCache(tmp_path, None)
+    other._connection().execute("PRAGMA busy_timeout = 2000")
+    assert other.claim([_want("a", 10)]).ready == [block_name("a")]  # linked whole: adopted
+    assert other.read(block_name("a"), [(0, 10)]) == [b"a" * 10]
+
+
+@pytest.mark.parametrize("trouble", ["locked", "second-insert"])
+def test_a_claim_the_index_refuses_reads_without_the_cache_and_leaves_nothing(tmp_path, fresh, trouble):
+    """The index locked past its timeout, or full at the second reservation of a claim: every block
+    wanted is read without the cache (no error), and the temporaries already made are removed (their
+    rows were rolled back: nobody would ever clean them)."""
+    cache = BlockCache(tmp_path, None)
+    if trouble == "locked":
+        cache._connection().execute("PRAGMA busy_timeout = 100")
+        blocker = sqlite3.connect(cache.home / "index.sqlite", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+    else:
+        inserts = iter([False, True])
+        real = cache._connection()
+
+        class SecondInsertFails(_FailingIndex):
+            def execute(self, sql, *args):
+                if sql.startswith("INSERT") and next(inserts):
+                    raise sqlite3.OperationalError("database or disk is full")
+                return real.execute(sql, *args)
+
+        cache._db = SecondInsertFails(real, "")
+    claims = cache.claim([_want("a", 10), _want("b", 10)])
+    assert claims.uncached == [block_name("a"), block_name("b")] and not claims.reserved
+    if trouble == "locked":
+        blocker.execute("ROLLBACK")
+    assert not held_temporaries(cache) and not list(cache.tmp.iterdir()) and not _rows(cache)
+
+
+def test_a_sweep_that_cannot_probe_a_lock_keeps_the_writers_temporary(tmp_path, fresh, monkeypatch):
+    """Another process's claim sweeps pending rows while out of descriptors (EMFILE on opening the
+    temporary to probe its lock): a writer it cannot see to be dead is alive; its block stays."""
+    writer = BlockCache(tmp_path, None)
+    res = writer.claim([_want("a", 4)]).reserved[0]
+    real_open = os.open
+
+    def out_of_descriptors(file, flags, *args, **kwargs):
+        if Path(os.fsdecode(file)) == writer.tmp / res.temp:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", out_of_descriptors)
+    other = BlockCache(tmp_path, None)
+    assert list(other.claim([_want("b", 4)]).reserved)  # its sweep met a's pending row
+    # waiting for a while unable to see its lock: not waited for (its bytes are read without the cache)
+    started = time.monotonic()
+    assert other.wait([res.temp], time.monotonic() + 30) and time.monotonic() - started < 5
+    monkeypatch.undo()
+    assert (writer.tmp / res.temp).exists() and _rows(writer)[res.name][0] == "pending"
+    assert writer.commit(res, b"aaaa") and other.read(res.name, [(0, 4)]) == [b"aaaa"]
+
+
+def test_abandon_settles_a_reservation_once_and_never_raises(tmp_path, fresh):
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 4)]).reserved[0]
+    cache._db = _FailingIndex(cache._db, "DELETE")
+    cache.abandon(res)  # the row cannot go now: its temporary is let go, for the next claim's sweep
+    cache.abandon(res)  # nothing more (its descriptor, maybe another file's by now, is not closed again)
+    assert not held_temporaries(cache)
+    assert [r.key for r in _settled(tmp_path, "a", 4).reserved] == ["a"]

@@ -18,6 +18,14 @@ another process that wants it waits on the writer's ``flock`` (a dead writer's l
 the kernel, so a pending row whose temporary is not locked is stale: removed at the next
 reservation), for at most ``WAIT_SECONDS``, then reads the bytes itself without caching them.
 
+Trouble never stops a read nor leaves a block pending under a live process's lock (the others would
+wait ``WAIT_SECONDS`` for it on every read): a claim the index refuses (locked past its timeout, a
+full disk) reserves nothing and the bytes are read without the cache; a commit that fails (the disk
+full or failing, no hard links on the filesystem, the index refusing) or is stopped gives its
+reservation up and its caller uses the bytes once; a row the index cannot drop now stays pending with
+its temporary unlocked, for the next reservation to settle. Only a temporary that is gone counts as
+unlocked: one that cannot be opened (no descriptor left) has a writer that may live.
+
 Size: the rows (ready and pending) never sum to more than ``capacity`` bytes: a reservation evicts
 the least recently used ready blocks first, and a block larger than the capacity, or one for which
 no room can be made (the rest reserved by others), is not cached: ``claim`` says so and the caller
@@ -76,8 +84,8 @@ def block_name(key: str) -> str:
 
 @dataclass
 class Reservation:
-    """A block this process is writing: ``fd`` is its temporary (open, ``flock``-ed), ``size`` the
-    bytes it must receive."""
+    """A block this process is writing: ``fd`` is its temporary (open, ``flock``-ed; -1 once the
+    reservation is settled by ``commit`` or ``abandon``), ``size`` the bytes it must receive."""
 
     name: str
     key: str
@@ -142,14 +150,17 @@ class BlockCache:
 
     @contextlib.contextmanager
     def _transaction(self):
+        """One write transaction; rolled back on any error, a refused COMMIT included (a transaction
+        left open would keep the index's write lock from every other process)."""
         db = self._connection()
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
 
     # ------------------------------------------------------------------------------- reading
 
@@ -230,21 +241,32 @@ class BlockCache:
         """Decide, in one transaction, for each block (name, key, size) not held: reserve it for this
         process (making room by evicting least recently used blocks, never those named in ``keep``:
         the blocks the caller is about to read), or say another process is writing it, or that it
-        cannot be cached (larger than the capacity, or no room left)."""
+        cannot be cached (larger than the capacity, or no room left). When the index refuses the
+        transaction (locked past its timeout, a full disk) nothing is reserved: every block is
+        ``uncached``. Each reservation must end in ``commit`` or ``abandon``."""
         out = Claims()
-        with self._lock, self._transaction() as db:
-            self._sweep(db)
-            keep = set(keep) | {name for name, _, _ in wanted}
-            for name, key, size in wanted:
-                row = db.execute("SELECT state, temp FROM blocks WHERE name = ?", (name,)).fetchone()
-                if row is not None and row[0] == "ready":
-                    out.ready.append(name)
-                elif row is not None:
-                    out.busy[name] = row[1]
-                elif not self._room(db, size, keep):
-                    out.uncached.append(name)
-                else:
-                    out.reserved.append(self._reserve(db, name, key, size))
+        try:
+            with self._lock, self._transaction() as db:
+                self._sweep(db)
+                keep = set(keep) | {name for name, _, _ in wanted}
+                for name, key, size in wanted:
+                    row = db.execute("SELECT state, temp FROM blocks WHERE name = ?", (name,)).fetchone()
+                    if row is not None and row[0] == "ready":
+                        out.ready.append(name)
+                    elif row is not None:
+                        out.busy[name] = row[1]
+                    elif not self._room(db, size, keep):
+                        out.uncached.append(name)
+                    else:
+                        out.reserved.append(self._reserve(db, name, key, size))
+        except BaseException as exc:
+            for res in out.reserved:  # their rows were rolled back: nobody else would remove these
+                with contextlib.suppress(OSError):
+                    os.unlink(self.tmp / res.temp)
+                _close(res)
+            if not isinstance(exc, OSError | sqlite3.Error):
+                raise
+            return Claims(uncached=[name for name, _, _ in wanted])
         return out
 
     def _room(self, db: sqlite3.Connection, size: int, keep: set[str]) -> bool:
@@ -283,10 +305,17 @@ class BlockCache:
                 break
             except FileExistsError:  # left by a process that had this pid: not this one's
                 continue
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it
-        db.execute("INSERT INTO blocks (name, key, size, state, temp, ident, used) VALUES "
-                   "(?, ?, ?, 'pending', ?, ?, ?)", (name, key, size, temp, _ident(os.fstat(fd)), time.time()))
-        return Reservation(name, key, size, temp, fd)
+        res = Reservation(name, key, size, temp, fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else can hold it
+            db.execute("INSERT INTO blocks (name, key, size, state, temp, ident, used) VALUES "
+                       "(?, ?, ?, 'pending', ?, ?, ?)", (name, key, size, temp, _ident(os.fstat(fd)), time.time()))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(self.tmp / temp)
+            _close(res)
+            raise
+        return res
 
     def _sweep(self, db: sqlite3.Connection) -> None:
         """Settle pending rows whose writer died (its temporary no longer ``flock``-ed): a block it had
@@ -294,7 +323,7 @@ class BlockCache:
         becomes ready; otherwise the row goes, and the temporary with it (the cache's own file)."""
         for name, temp, ident in db.execute("SELECT name, temp, ident FROM blocks WHERE state = 'pending'"
                                             ).fetchall():
-            if _held(self.tmp / temp):
+            if _held(self.tmp / temp, unsure=True):  # unsure: its writer may live, its row stays
                 continue
             _unlink_if(self.tmp / temp, ident)
             if _is(self.blocks / name, ident):
@@ -304,55 +333,72 @@ class BlockCache:
 
     def commit(self, res: Reservation, data: bytes | memoryview) -> bool:
         """Write ``data`` (exactly ``res.size`` bytes) and make the block ready; True when it is now
-        cached. False when it could not be placed (the disk is full, or a file the cache did not write
-        sits at its name): nothing of it is kept, the caller uses ``data`` once without the cache."""
+        cached. False when it could not be placed — a file the cache did not write sits at its name,
+        the disk is full or fails, the filesystem has no hard links, the index refuses (locked past
+        its timeout, full) — and the caller uses ``data`` once without the cache. Either way the
+        reservation is settled (no row left pending under a lock this process holds: that would make
+        every other process wait ``WAIT_SECONDS`` for it): its row goes, or, when the block is whole
+        at its name but the index could not record it, the next claim's sweep adopts it."""
         if len(data) != res.size:
             self.abandon(res)
             raise ValueError(f"block {res.key}: {len(data)} bytes, {res.size} expected")
+        linked = False
         try:
             view, done = memoryview(data), 0
             while done < res.size:
                 done += os.pwrite(res.fd, view[done:], done)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            with self._lock, self._transaction() as db:
+                try:
+                    os.link(self.tmp / res.temp, self.blocks / res.name)  # never replaces a file
+                    linked = True
+                except FileExistsError:  # not the cache's file (its own would have a row)
+                    pass
+                if linked:
+                    db.execute("UPDATE blocks SET state = 'ready', temp = NULL, used = ? WHERE name = ?",
+                               (time.time(), res.name))
+                else:
+                    db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending'", (res.name,))
+                os.unlink(self.tmp / res.temp)
+        except BaseException as exc:
+            if linked:  # whole at its name, its row still pending: let go, the next sweep adopts it
+                _close(res)
+            else:
                 self.abandon(res)
+            if not isinstance(exc, OSError | sqlite3.Error):
                 raise
-            self.abandon(res)
             return False
-        with self._lock, self._transaction() as db:
-            try:
-                os.link(self.tmp / res.temp, self.blocks / res.name)  # never replaces a file
-            except FileExistsError:
-                placed = False
-            else:
-                placed = True
-            if placed:
-                db.execute("UPDATE blocks SET state = 'ready', temp = NULL, used = ? WHERE name = ?",
-                           (time.time(), res.name))
-            else:
-                db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending'", (res.name,))
-            os.unlink(self.tmp / res.temp)
-        if placed:
+        if linked:
             fcntl.flock(res.fd, fcntl.LOCK_UN)
+            fd, res.fd = res.fd, -1
             with self._lock:
-                self._keep(res.name, res.fd)
+                self._keep(res.name, fd)
         else:
-            os.close(res.fd)
-        return placed
+            _close(res)
+        return linked
 
     def abandon(self, res: Reservation) -> None:
-        """Give up a reservation (its fetch failed): row and temporary removed."""
-        with self._lock, self._transaction() as db:
-            db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending' AND temp = ?", (res.name, res.temp))
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.tmp / res.temp)
-        os.close(res.fd)
+        """Give up a reservation (its fetch failed): row and temporary removed, descriptor closed.
+        Settles it once (again: nothing) and raises nothing of its own: when the index refuses, the
+        row stays pending with its temporary no longer locked, and the next claim's sweep removes
+        both."""
+        if res.fd < 0:
+            return
+        try:
+            with self._lock, self._transaction() as db:
+                db.execute("DELETE FROM blocks WHERE name = ? AND state = 'pending' AND temp = ?",
+                           (res.name, res.temp))
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.tmp / res.temp)
+        except (OSError, sqlite3.Error):
+            pass
+        finally:
+            _close(res)
 
     def wait(self, temps: list[str], deadline: float) -> bool:
         """Wait until the writers of these temporaries (``Claims.busy``) are done (finished or dead);
         False when ``deadline`` (``time.monotonic()``) came first."""
         for temp in temps:
-            while _held(self.tmp / temp, fcntl.LOCK_SH):
+            while _held(self.tmp / temp, fcntl.LOCK_SH, unsure=False):  # unsure: read without waiting
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.02)
@@ -403,13 +449,23 @@ def _unlink_if(path: Path, ident: str | None) -> None:
         os.unlink(path)
 
 
-def _held(temp: Path, probe: int = fcntl.LOCK_EX) -> bool:
+def _close(res: Reservation) -> None:
+    """Close the temporary of ``res`` (its ``flock`` released) once; ``res.fd`` is then -1."""
+    if res.fd >= 0:
+        fd, res.fd = res.fd, -1
+        os.close(fd)
+
+
+def _held(temp: Path, probe: int = fcntl.LOCK_EX, *, unsure: bool) -> bool:
     """Whether a live process holds the ``flock`` of this temporary against ``probe`` (False when the
-    temporary is gone). ``LOCK_EX`` asks whether its writer lives, ``LOCK_SH`` whether it still writes."""
+    temporary is gone; ``unsure`` when it cannot be opened to know: no descriptor left, ...).
+    ``LOCK_EX`` asks whether its writer lives, ``LOCK_SH`` whether it still writes."""
     try:
         fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return unsure
     try:
         fcntl.flock(fd, probe | fcntl.LOCK_NB)
     except BlockingIOError:
