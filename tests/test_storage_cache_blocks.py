@@ -503,3 +503,32 @@ def test_abandon_settles_a_reservation_once_and_never_raises(tmp_path, fresh):
     cache.abandon(res)  # nothing more (its descriptor, maybe another file's by now, is not closed again)
     assert not held_temporaries(cache)
     assert [r.key for r in _settled(tmp_path, "a", 4).reserved] == ["a"]
+
+
+def test_a_block_written_again_before_a_reader_forgets_it_is_kept(tmp_path, fresh, monkeypatch):
+    """The reader found no file at a's name (evicted meanwhile); by the time it drops a's row the block
+    was written again into a file with the same device and inode (ext4 hands a freed inode straight
+    back; other processes evict and write while this one waits for the index's write lock). That row
+    names the file there, whole: it stays (dropped, the file would have no row: never evicted, never
+    written again). Reproduced by the state the reader meets: no file at the open, the block after."""
+    name = _put(BlockCache(tmp_path, None), "a", b"a" * 10)
+    reader = BlockCache(tmp_path, None)
+
+    def evicted_then(_open):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    _between(monkeypatch, reader.blocks / name, evicted_then)
+    assert reader.read(name, [(0, 10)]) is None
+    assert reader.usage()["ready"] == 1 and reader.read(name, [(0, 10)]) == [b"a" * 10]
+
+
+def test_a_block_whose_size_changed_is_deleted_and_written_again(tmp_path, fresh):
+    """The cache's own file (its device and inode) of another size than it wrote (truncated; a crash
+    before its bytes reached the disk): never read; deleted with its row, so the block is written
+    again (left there without a row, every later commit of it would find its name taken)."""
+    cache = BlockCache(tmp_path, None)
+    name = _put(BlockCache(tmp_path, None), "a", b"a" * 10)
+    os.truncate(cache.blocks / name, 4)
+    assert cache.read(name, [(0, 4)]) is None
+    assert not _files(cache) and not _rows(cache)
+    assert _put(cache, "a", b"a" * 10) == name and cache.read(name, [(0, 10)]) == [b"a" * 10]

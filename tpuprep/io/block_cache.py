@@ -6,9 +6,10 @@ makes it), stored under ``<cache_dir>/tpuprep-cache/blocks/<sha256 of the key>``
 index ``<cache_dir>/tpuprep-cache/index.sqlite`` (SQLite: one row per block the cache wrote — name,
 key, size, the device and inode of the file it wrote, state, last use). The index is the cache's
 record of what it wrote: a block is read only when its row says the cache wrote that very file
-(device, inode, size), and only such a file is ever deleted. A user's file in ``cache_dir`` (or
-anywhere else) is never read as a block nor deleted (MosaicML streaming #988 deleted local-only
-shards), and a file the cache once wrote but that was replaced since is left alone.
+(device, inode, size), and only a file of a row's device and inode is ever deleted (evicted, or
+found with another size: damaged). A user's file in ``cache_dir`` (or anywhere else) is never read
+as a block nor deleted (MosaicML streaming #988 deleted local-only shards), and a file the cache
+once wrote but that was replaced since is left alone.
 
 Every block appears whole. A block is first *reserved* (a ``pending`` row, in one transaction that
 also makes room for it): its bytes go to a temporary file in ``tmp/`` that the writer holds an
@@ -204,12 +205,12 @@ class BlockCache:
             fd = os.open(self.blocks / name, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ELOOP):  # gone, or a symbolic link: not the cache's file
-                self._forget(name, ident)
+                self._forget(name, ident, size)
             return None  # otherwise (no descriptor left, ...) this read goes without the cache
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != size or _ident(st) != ident:
             os.close(fd)
-            self._forget(name, ident)  # not the file the cache wrote: neither read nor deleted
+            self._forget(name, ident, size)  # not the block the cache wrote: not read
             return None
         self._keep(name, fd)
         self._touch(name, force=True)
@@ -227,13 +228,25 @@ class BlockCache:
             with contextlib.suppress(sqlite3.OperationalError):  # busy: the order is a hint
                 self._connection().execute("UPDATE blocks SET used = ? WHERE name = ?", (now, name))
 
-    def _forget(self, name: str, ident: str) -> None:
-        """Drop the row of ``name`` if it still names the file ``ident`` (device:inode): the file at
-        ``name`` is not that one (gone, or not the cache's: left alone). A row that names another file
-        now is another process's block, evicted and written again since this one read the row: kept."""
-        with contextlib.suppress(sqlite3.OperationalError):  # busy: the row stays, this read goes uncached
-            self._connection().execute("DELETE FROM blocks WHERE name = ? AND state = 'ready' AND ident = ?",
-                                       (name, ident))
+    def _forget(self, name: str, ident: str, size: int) -> None:
+        """The file at ``name`` was not the block its row names (the file ``ident``, device:inode, of
+        ``size`` bytes) when this process looked: decided again in a write transaction, where no other
+        process evicts or writes a block. The row goes if it still names ``ident`` and the file there
+        is not that file (gone, a symbolic link, a user's file: left alone) or is that file with
+        another size (damaged: the cache's own, deleted). A row that names another file now (the block
+        evicted and written again since the row was read), or the file there whole again (written
+        again into a reused inode), is a block: kept. The index refusing: nothing, for now."""
+        path = self.blocks / name
+        with contextlib.suppress(OSError, sqlite3.Error), self._transaction() as db:
+            if db.execute("SELECT 1 FROM blocks WHERE name = ? AND state = 'ready' AND ident = ?",
+                          (name, ident)).fetchone() is None:
+                return
+            st = _lstat(path)
+            if st is not None and stat.S_ISREG(st.st_mode) and _ident(st) == ident:
+                if st.st_size == size:
+                    return
+                os.unlink(path)
+            db.execute("DELETE FROM blocks WHERE name = ? AND ident = ?", (name, ident))
 
     # ------------------------------------------------------------------------------- writing
 
@@ -434,13 +447,18 @@ def _ident(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}"
 
 
+def _lstat(path: Path) -> os.stat_result | None:
+    """``path``'s status (no link followed), None when nothing is there."""
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 def _is(path: Path, ident: str | None) -> bool:
     """Whether ``path`` is the regular file ``ident`` (device:inode) names (no link followed)."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return stat.S_ISREG(st.st_mode) and _ident(st) == ident
+    st = _lstat(path)
+    return st is not None and stat.S_ISREG(st.st_mode) and _ident(st) == ident
 
 
 def _unlink_if(path: Path, ident: str | None) -> None:
