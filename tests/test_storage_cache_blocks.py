@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import multiprocessing
 import os
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -532,3 +534,46 @@ def test_a_block_whose_size_changed_is_deleted_and_written_again(tmp_path, fresh
     assert cache.read(name, [(0, 4)]) is None
     assert not _files(cache) and not _rows(cache)
     assert _put(cache, "a", b"a" * 10) == name and cache.read(name, [(0, 10)]) == [b"a" * 10]
+
+
+def test_processes_opening_a_new_index_take_turns(tmp_path, fresh):
+    """Making a new index WAL while another process does the same is "database is locked" at once
+    (SQLite does not wait there: 1 start in 12 of six processes on a new folder failed so): those
+    who open the index take turns, an ``flock`` on the cache's folder; a second one waits its turn."""
+    home = BlockCache(tmp_path, None).home
+    turn = os.open(home, os.O_RDONLY)
+    fcntl.flock(turn, fcntl.LOCK_EX)  # another process opening the index
+    made: list[BlockCache] = []
+    opener = threading.Thread(target=lambda: made.append(BlockCache(tmp_path, None)))
+    opener.start()
+    opener.join(0.5)
+    assert opener.is_alive() and not made
+    os.close(turn)
+    opener.join(30)
+    assert made and made[0].usage()["ready"] == 0
+
+
+def _hold_inherited(ready, done) -> None:
+    ready.set()
+    done.wait(60)
+
+
+def test_a_temporary_inherited_by_a_forked_child_is_not_held_once_settled(tmp_path, fresh):
+    """A process forks (a DataLoader starting its workers) while it writes a block: the child shares
+    the temporary's open file and so its ``flock``. Abandoned when the index refuses to drop its row,
+    the block must not look written-to while the child lives: the next claim settles it (another
+    process would wait 120 s on each read of it)."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 4)]).reserved[0]
+    cache._db = _FailingIndex(cache._db, "DELETE")
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_inherited, args=(ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        cache.abandon(res)
+        assert [r.key for r in _settled(tmp_path, "a", 4).reserved] == ["a"]
+    finally:
+        done.set()
+        child.join(30)
