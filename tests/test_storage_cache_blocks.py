@@ -577,3 +577,22 @@ def test_a_temporary_inherited_by_a_forked_child_is_not_held_once_settled(tmp_pa
     finally:
         done.set()
         child.join(30)
+
+
+def test_a_block_is_on_disk_before_it_has_its_name_and_its_row_is_durable(tmp_path, fresh, monkeypatch):
+    """A host crash (power loss) must leave no block of the right size and wrong bytes under its name,
+    and no block file the index forgot (never evicted nor written again): the temporary is synced
+    before it is linked to its name, and each change of the index is durable when committed (WAL,
+    ``synchronous=FULL``: a reservation is on disk before its block is linked)."""
+    cache = BlockCache(tmp_path, None)
+    res = cache.claim([_want("a", 10)]).reserved[0]
+    events: list[tuple[str, object]] = []
+    real_fsync, real_link = os.fsync, os.link
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.fstat(fd).st_ino)), real_fsync(fd)))
+    monkeypatch.setattr(os, "link", lambda src, dst, **kw: (events.append(("link", os.stat(src).st_ino)),
+                                                             real_link(src, dst, **kw)))
+    temp = os.fstat(res.fd).st_ino
+    assert cache.commit(res, b"a" * 10)
+    assert events == [("fsync", temp), ("link", temp)]
+    assert cache._connection().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert cache._connection().execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -27,6 +27,14 @@ reservation up and its caller uses the bytes once; a row the index cannot drop n
 its temporary unlocked, for the next reservation to settle. Only a temporary that is gone counts as
 unlocked: one that cannot be opened (no descriptor left) has a writer that may live.
 
+Durable: a block's bytes are synced (``fsync``) before it is linked to its name, and the index
+(SQLite's WAL, ``synchronous=FULL``) syncs each transaction as it commits: its reservation is on
+disk before its block is linked. So a host crash (power loss) leaves under a name the whole block or
+nothing, and no block file the index does not list (it would never be evicted, and its name never
+written again); a block a crash interrupted is settled as a dead writer's. Measured on this project's
+machine (a shared VM): +6 to +10 ms per 16 MiB block committed (its first fetch only; a fetch of
+16 MiB at 20 ms per request takes about a second), +0.5 ms per claim and commit of the index.
+
 Size: the rows (ready and pending) never sum to more than ``capacity`` bytes: a reservation evicts
 the least recently used ready blocks first, and a block larger than the capacity, or one for which
 no room can be made (the rest reserved by others), is not cached: ``claim`` says so and the caller
@@ -149,7 +157,7 @@ class BlockCache:
                 db = sqlite3.connect(self.home / "index.sqlite", timeout=60, isolation_level=None,
                                      check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA synchronous=FULL")  # each change durable at its commit: see Durable
                 db.executescript(_SCHEMA)
             finally:
                 os.close(turn)
@@ -367,6 +375,7 @@ class BlockCache:
             view, done = memoryview(data), 0
             while done < res.size:
                 done += os.pwrite(res.fd, view[done:], done)
+            os.fsync(res.fd)  # its bytes on disk before it has its name: a crash leaves no wrong block
             with self._lock, self._transaction() as db:
                 try:
                     os.link(self.tmp / res.temp, self.blocks / res.name)  # never replaces a file
