@@ -19,13 +19,14 @@ another process that wants it waits on the writer's ``flock`` (a dead writer's l
 the kernel, so a pending row whose temporary is not locked is stale: removed at the next
 reservation), for at most ``WAIT_SECONDS``, then reads the bytes itself without caching them.
 
-Trouble never stops a read nor leaves a block pending under a live process's lock (the others would
-wait ``WAIT_SECONDS`` for it on every read): a claim the index refuses (locked past its timeout, a
-full disk) reserves nothing and the bytes are read without the cache; a commit that fails (the disk
-full or failing, no hard links on the filesystem, the index refusing) or is stopped gives its
-reservation up and its caller uses the bytes once; a row the index cannot drop now stays pending with
-its temporary unlocked, for the next reservation to settle. Only a temporary that is gone counts as
-unlocked: one that cannot be opened (no descriptor left) has a writer that may live.
+Trouble while caching a block never stops a read nor leaves the block pending under a live
+process's lock (the others would wait ``WAIT_SECONDS`` for it on every read): a claim the index
+refuses (locked past its timeout, a full disk) reserves nothing and the bytes are read without the
+cache; a commit that fails (the disk full or failing, no hard links on the filesystem, the index
+refusing) or is stopped gives its reservation up and its caller uses the bytes once; a row the index
+cannot drop now stays pending with its temporary unlocked, for the next reservation to settle. Only
+a temporary that is gone counts as unlocked: one that cannot be opened (no descriptor left) has a
+writer that may live.
 
 Durable: a block's bytes are synced (``fsync``) before it is linked to its name, and the index
 (SQLite's WAL, ``synchronous=FULL``) syncs each transaction as it commits: its reservation is on
