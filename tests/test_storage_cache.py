@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from s3server import upload_folder
+from test_storage_cache_blocks import held_temporaries
 
 import tpuprep
 from tpuprep.errors import BadShards, FatalError
@@ -353,6 +354,36 @@ def test_a_pinned_object_replaced_before_its_blocks_are_cached_is_refused(bucket
     assert store.open_shard_file("obj").read_ranges([(0, 10), (100_000, 100_010)]) == [new[:10],
                                                                                         new[100_000:100_010]]
     assert block_cache(tmp_path, None).usage()["pending"] == 0  # the refused fetch kept nothing
+
+
+class Interrupted(Exception):
+    """What stops a read while it writes a block (Ctrl-C in a notebook, a bug in a callback)."""
+
+
+@pytest.mark.parametrize("where", ["tail", "first block of a batch"])
+def test_a_read_stopped_while_writing_a_block_leaves_none_pending(bucket, tmp_path, monkeypatch, where):
+    """A read stopped while it commits its object's tail, or the first of ten blocks fetched in one
+    round: every block it reserved is given up, none stays pending under this live process's locks
+    (every other process would wait 120 s on each read of it); the next read is whole."""
+    body = bytes(range(256)) * 800  # 204,800 bytes: a tail of 64 KiB and 34 blocks of 4 KiB below it
+    store = dataclasses.replace(resolve(f"{bucket}/p", cache_dir=tmp_path), block_bytes=4096)
+    store.write_bytes("obj", body)
+    pinned = store.open_shard_file("obj")
+    if where != "tail":
+        assert pinned.read_ranges([(200_000, 200_010)]) == [body[200_000:200_010]]  # the tail cached
+    original = bc.BlockCache.commit
+
+    def stopped(cache, res, data):
+        raise Interrupted(res.key)
+
+    monkeypatch.setattr(bc.BlockCache, "commit", stopped)
+    with pytest.raises(Interrupted):
+        pinned.read_ranges([(0, 40_000)])
+    monkeypatch.setattr(bc.BlockCache, "commit", original)
+    cache = block_cache(tmp_path, None)
+    assert cache.usage()["pending"] == 0 and not list(cache.tmp.iterdir()) and not held_temporaries(cache)
+    assert pinned.read_ranges([(0, 40_000)]) == [body[:40_000]]
+    assert cache.usage()["pending"] == 0
 
 
 def test_an_object_rewritten_with_the_same_size_is_fetched_again(bucket, tmp_path):

@@ -32,9 +32,10 @@ from __future__ import annotations
 import numbers
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .block_cache import WAIT_SECONDS, BlockCache, block_cache, block_name
+from .block_cache import WAIT_SECONDS, BlockCache, Reservation, block_cache, block_name
 from .remote_store import RemoteShardFile, RemoteStore, _Window, object_version
 from .store import FileTooLarge, NotARegularFile, ShardFile
 
@@ -169,7 +170,11 @@ class CachedShardFile(ShardFile):
             lo = start
         tail = self._extent(lo, self.size, "tail")
         claims = cache.claim([(tail.name, tail.key, tail.size)])
-        placed = any(cache.commit(res, data) for res in claims.reserved)
+        try:
+            placed = any(cache.commit(res, data) for res in claims.reserved)
+        finally:
+            for res in claims.reserved:  # a commit stopped (Ctrl-C): nothing left pending
+                cache.abandon(res)
         if not placed and not claims.ready and not claims.busy:
             self._tail_bytes = data  # no room in the cache: kept with this file
         self._tail_lo = lo
@@ -201,24 +206,17 @@ class CachedShardFile(ShardFile):
             return {}
         claims = cache.claim([(e.name, e.key, e.size) for e in missing], keep=set(wanted))
         kept: dict[str, bytes] = {}
-        pending = list(claims.reserved)
         try:
-            while pending:
-                batch = [pending.pop(0)]
-                total = batch[0].size
-                while pending and total + pending[0].size <= FETCH_BYTES:
-                    total += pending[0].size
-                    batch.append(pending.pop(0))
-                try:
-                    blocks = self.remote.read_ranges([(wanted[r.name].lo, wanted[r.name].hi) for r in batch])
-                except BaseException:
-                    pending = batch + pending
-                    raise
+            for batch in _batches(claims.reserved):
+                blocks = self.remote.read_ranges([(wanted[r.name].lo, wanted[r.name].hi) for r in batch])
                 for res, data in zip(batch, blocks, strict=True):
                     if not cache.commit(res, data):
                         kept[res.name] = data
         finally:
-            for res in pending:  # a failed fetch (the object replaced, a refused request): nothing kept
+            # every reservation not committed — a failed fetch (the object replaced, a refused request),
+            # a read stopped (Ctrl-C) — is given up: nothing kept, nothing left pending for others to
+            # wait on (``abandon`` does nothing to those already settled)
+            for res in claims.reserved:
                 cache.abandon(res)
         if claims.busy:
             cache.wait(list(claims.busy.values()), time.monotonic() + WAIT_SECONDS)
@@ -287,6 +285,21 @@ class CachedShardFile(ShardFile):
 
     def close(self) -> None:
         """Nothing is held open by this file (the cache keeps its own descriptors)."""
+
+
+def _batches(reserved: list[Reservation]) -> Iterator[list[Reservation]]:
+    """``reserved`` in order, in runs of at most ``FETCH_BYTES`` (a larger block alone): one round of
+    concurrent fetches each."""
+    batch: list[Reservation] = []
+    total = 0
+    for res in reserved:
+        if batch and total + res.size > FETCH_BYTES:
+            yield batch
+            batch, total = [], 0
+        batch.append(res)
+        total += res.size
+    if batch:
+        yield batch
 
 
 def _footer_start(tail: bytes, size: int) -> int | None:
