@@ -222,8 +222,13 @@ _RECEIVED_LOCK = threading.Lock()
 
 def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
     """How ``ForkingPickler`` (the DataLoader's queues) pickles a ``BatchTensors``: in a DataLoader
-    worker, its arrays' bytes go to the worker's ring (or, without room, into the pickle) and their
-    layout into the pickle; elsewhere as a plain dict of tensors."""
+    worker, a batch still staged in the worker's ring (``_Sender.stage``) as where its bytes are, any
+    other with its bytes in the pickle; elsewhere as a plain dict of tensors.
+
+    A batch that was not staged never takes ring space here: this runs in the worker's queue feeder
+    thread, later than the worker's main thread may have staged the next batches, and a region
+    reserved now would come after theirs in the ring but before them in the queue — the main process
+    would release past their regions before reading them, and the producer could overwrite them."""
     if get_worker_info() is None:
         return BatchTensors, (dict(item),)
     tensors = {k: v for k, v in item.items() if isinstance(v, torch.Tensor)}
@@ -237,16 +242,10 @@ def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
     offsets, total = aligned_offsets([a.nbytes for a in arrays])
     layout = [(key, t.dtype, tuple(t.shape), start, a.nbytes)
               for (key, t), a, start in zip(tensors.items(), arrays, offsets, strict=True)]
-    with _SENDER.lock:
-        start = _SENDER.reserve(total)
-        target = np.zeros(total, np.uint8) if start is None else _SENDER.ring.region(start, total)
-        for a, offset in zip(arrays, offsets, strict=True):
-            target[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
-        ref = None if start is None else _SENDER.reference()
-    keys = tuple(item)
-    if ref is None:
-        return _rebuild, (None, target.tobytes(), layout, others, keys)
-    return _rebuild, ((*ref, start, start + total), None, layout, others, keys)
+    blob = np.zeros(total, np.uint8)
+    for a, offset in zip(arrays, offsets, strict=True):
+        blob[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+    return _rebuild, (None, blob.tobytes(), layout, others, tuple(item))
 
 
 def _still_staged(item: BatchTensors, tensors: dict[str, torch.Tensor]) -> bool:
@@ -260,7 +259,9 @@ def _still_staged(item: BatchTensors, tensors: dict[str, torch.Tensor]) -> bool:
         return False
     for name, dtype, shape, offset, _nbytes in layout:
         t = tensors.get(name)
-        if t is None or t.data_ptr() != base + offset or t.dtype != dtype or tuple(t.shape) != shape:
+        if t is None or t.dtype != dtype or tuple(t.shape) != shape:
+            return False
+        if t.numel() and t.data_ptr() != base + offset:  # an empty tensor's data_ptr is 0: no bytes to check
             return False
     return True
 
