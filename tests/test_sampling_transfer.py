@@ -338,6 +338,21 @@ def test_a_batch_refused_by_a_full_ring_never_takes_ring_space_when_pickled(monk
         np.testing.assert_array_equal(received[name]["rows"].numpy(), want["rows"], err_msg=name)
 
 
+def test_a_region_read_past_is_refused_not_read(monkeypatch):
+    """Two items of one staged region sent in one pickle (a collate_fn returning a batch and its copy):
+    the first read releases the region, which the worker may then reuse at once, so the second is
+    refused with an error rather than read."""
+    import copy
+    from multiprocessing.reduction import ForkingPickler
+
+    worker = _in_worker(monkeypatch, 1 << 20)
+    with worker() as adapter:
+        item = adapter._SENDER.stage(_batch_arrays(5))
+        blob = bytes(ForkingPickler.dumps((item, copy.copy(item))))
+    with pytest.raises(RuntimeError, match="has read past"):
+        pickle.loads(blob)
+
+
 def test_without_room_in_the_ring_a_batch_is_not_staged(monkeypatch):
     """A batch over half the ring is not staged (``stage`` gives None) and ``_tensors_of``'s fallback
     sends its bytes in the pickle."""

@@ -285,6 +285,11 @@ def _rebuild(ref: tuple[Any, ...] | None, blob: bytes | None, layout: list[tuple
         if ring is None:
             raise RuntimeError("a batch refers to the shared memory of a DataLoader worker this process never "
                                "received: a batch pickled in a DataLoader worker is unpickled by its DataLoader only")
+        if end > start and end <= ring.consumed:
+            raise RuntimeError("a batch refers to a region of a DataLoader worker's shared memory that this process "
+                               "has read past, which the worker may have reused: a worker's items must reach "
+                               "this process once each, in the order it made them (does its collate_fn return "
+                               "an item twice, or an item after the graph made from it?)")
         raw[:] = ring.region(start, total)
         ring.release(end)
     values = dict(others)
