@@ -10,7 +10,9 @@ copied from are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, 
 worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back in the
 single-process order, with any start method (fork, spawn, forkserver). A worker hands its batches to the
 main process through a ring of shared memory (``sampling.transfer``; ``transfer_bytes``, 16 MiB per
-worker): the main process only copies each batch out into its own buffer.
+worker): the main process only copies each batch out into its own buffer. A ``collate_fn`` in the
+workers keeps to the ring when it returns the items unchanged (or lists of them) or
+``tpuprep.pyg.to_data`` graphs (``stage``); a changed item crosses with its bytes.
 
 Epochs: call ``ds.set_epoch(e)`` on the dataset object the loader holds before every epoch; workers read
 the epoch (and a resume point) from memory they share with it at each ``iter(loader)``, so
@@ -191,8 +193,10 @@ class _Sender:
         return ref
 
     def stage(self, arrays: dict[str, Any]) -> BatchTensors | None:
-        """``arrays`` (a batch) copied into a new region of the ring, as a ``BatchTensors`` whose tensors
-        view that region (``staged`` says where), or None without room."""
+        """``arrays`` (a batch: NumPy arrays or CPU tensors, and plain values) copied into a new region
+        of the ring, as a ``BatchTensors`` whose tensors view that region (``staged`` says where), or
+        None without room."""
+        arrays = {key: value.numpy() if isinstance(value, torch.Tensor) else value for key, value in arrays.items()}
         keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
         values = [np.ascontiguousarray(arrays[key]) for key in keys]
         offsets, total = aligned_offsets([v.nbytes for v in values])
@@ -218,6 +222,25 @@ class _Sender:
 _SENDER = _Sender()
 _RECEIVED: dict[tuple[int, str], Ring] = {}  # main process: the rings of the workers that sent batches
 _RECEIVED_LOCK = threading.Lock()
+
+
+def stage(values: dict[str, Any]) -> BatchTensors | None:
+    """For an adapter that makes its own item in a DataLoader worker (``tpuprep.pyg.to_data`` as a
+    ``collate_fn``): ``values`` (CPU tensors or NumPy arrays, and plain values) copied into one new
+    region of this worker's ring, as a ``BatchTensors`` whose tensors view it and whose pickle sends
+    only where it is (the adapter rebuilds its item from the ``BatchTensors`` the main process gets).
+    None outside a worker, without a ring, or without room. Stage in the worker's main thread, as the
+    item is made, so that items are staged in the order they are sent."""
+    if get_worker_info() is None:
+        return None
+    return _SENDER.stage(values)
+
+
+def in_ring(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` views this process's ring: memory a later batch reuses once the main process
+    has read past it, so it must not leave the worker as a view (copy it)."""
+    return (_SENDER.pid == os.getpid() and _SENDER.tensor is not None
+            and tensor.untyped_storage().data_ptr() == _SENDER.tensor.data_ptr())
 
 
 def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
