@@ -67,6 +67,7 @@ def assert_matches(data: ConfigGraph, arrays: dict) -> None:
     else:
         assert "config_node_mask" not in data
     assert data.graph_id == arrays["graph_id"] and int(data.position) == arrays["position"]
+    assert data.collection == arrays["collection"] and int(data.epoch) == arrays["epoch"]
 
 
 @pytest.mark.parametrize("collection", [LAYOUT, TILE])

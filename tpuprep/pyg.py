@@ -22,7 +22,8 @@ key                    shape, dtype            meaning
 ``config_mask``        (k,) bool               True on real configs, False on padding (``k=``)
 ====================== ======================= =============================================================
 
-plus ``graph_id`` (str), ``epoch`` and ``position`` (int), and any other plain value the item carries.
+plus ``graph_id`` and ``collection`` (str), ``epoch`` and ``position`` (int), and any other plain value the
+item carries.
 
 **Edge direction.** TpuGraphs stores ``edge_index`` as (m, 2) rows ``[u, v]``: node u uses node v's output.
 PyG's message passing sends messages from ``edge_index[0]`` (source) to ``edge_index[1]`` (target)
