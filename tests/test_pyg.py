@@ -3,12 +3,14 @@
 Every key equals the batch it came from (values, dtypes, shapes); the edge direction is the data flow,
 proven by PyG's own message passing against a dense count from TpuGraphs' [u, v] rows; a Batch of
 several graphs gives each graph back (``get_example``) with its configs padded and masked; DataLoader
-workers with ``collate_fn`` give what one process gives.
+workers with ``collate_fn`` give what one process gives, ``to_data``'s graphs through the workers' rings
+(never as views of a ring) into a buffer of their own.
 """
 
 from __future__ import annotations
 
 import functools
+import pickle
 
 import numpy as np
 import pytest
@@ -65,6 +67,7 @@ def assert_matches(data: ConfigGraph, arrays: dict) -> None:
     else:
         assert "config_node_mask" not in data
     assert data.graph_id == arrays["graph_id"] and int(data.position) == arrays["position"]
+    assert data.collection == arrays["collection"] and int(data.epoch) == arrays["epoch"]
 
 
 @pytest.mark.parametrize("collection", [LAYOUT, TILE])
@@ -94,19 +97,120 @@ def test_messages_flow_from_operands_to_their_users(synth_shards):
     assert operands.sum() > 0 and not np.array_equal(operands, users)
 
 
-def test_dataloader_items_give_the_same_data(synth_shards):
-    """A ConfigBatchDataset item (tensors, through 2 workers and collate_fn=to_data) is the same
-    ConfigGraph as the ConfigBatch it came from."""
-    expected = [to_data(b) for b in batches(synth_shards, LAYOUT)]
-    loader = DataLoader(ConfigBatchDataset(batches(synth_shards, LAYOUT)), batch_size=None, num_workers=2,
-                        collate_fn=to_data)
-    got = list(loader)
-    assert len(got) == len(expected) > 2
+def assert_same_graphs(got: list, expected: list) -> None:
+    assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
-        assert isinstance(a, ConfigGraph) and a.keys() == b.keys()
+        assert type(a) is ConfigGraph and a.keys() == b.keys()
         for key in a.keys():  # noqa: SIM118  (Data.keys is a method)
             va, vb = a[key], b[key]
-            assert (torch.equal(va, vb) if isinstance(va, torch.Tensor) else va == vb), key
+            assert (torch.equal(va, vb) and va.dtype == vb.dtype if isinstance(va, torch.Tensor) else va == vb), key
+
+
+def assert_own_buffers(graphs: list) -> None:
+    """Each graph's tensors are views of one buffer of its own (not shared memory, not another graph's),
+    writable."""
+    seen = set()
+    for graph in graphs:
+        tensors = [v for v in graph.to_dict().values() if isinstance(v, torch.Tensor)]
+        storages = {t.untyped_storage().data_ptr() for t in tensors}
+        assert len(storages) == 1 and not storages & seen and not any(t.is_shared() for t in tensors)
+        assert tensors[0].untyped_storage().nbytes() < 1 << 20  # not a worker's ring (16 MiB)
+        seen |= storages
+        graph.x[0, 0] = 1.5
+
+
+@pytest.mark.parametrize("transfer_bytes", [None, 50_064])  # the ring; one too small for most graphs
+def test_dataloader_items_give_the_same_data(synth_shards, transfer_bytes):
+    """collate_fn=to_data in 2 workers gives the ConfigGraphs of one process, each in a buffer of its
+    own: the graph crosses through the worker's ring, which the main process reads and releases (or,
+    without room, with its bytes), never as views of the ring."""
+    from tpuprep import torch as adapter
+
+    extra = {} if transfer_bytes is None else {"transfer_bytes": transfer_bytes}
+    expected = [to_data(b) for b in batches(synth_shards, LAYOUT)]
+    loader = DataLoader(ConfigBatchDataset(batches(synth_shards, LAYOUT), **extra), batch_size=None, num_workers=2,
+                        collate_fn=to_data, persistent_workers=True, prefetch_factor=8)
+    got = list(loader)
+    assert len(got) > 2
+    assert_same_graphs(got, expected)
+    assert_own_buffers(got)
+    if transfer_bytes is None:  # every graph fits: both workers' rings read and released
+        pids = {w.pid for w in loader._iterator._workers}
+        rings = [ring for key, ring in adapter._RECEIVED.items() if key[0] in pids]
+        assert len(rings) == 2 and all(ring.consumed > 0 for ring in rings)
+
+
+def test_spawn_workers_give_the_same_data(synth_shards):
+    """The same through spawn workers (which import tpuprep.pyg to unpickle the collate_fn)."""
+    expected = [to_data(b, k=8) for b in batches(synth_shards, TILE)]
+    loader = DataLoader(ConfigBatchDataset(batches(synth_shards, TILE)), batch_size=None, num_workers=2,
+                        collate_fn=functools.partial(to_data, k=8), multiprocessing_context="spawn")
+    got = list(loader)
+    assert len(got) > 2
+    assert_same_graphs(got, expected)
+    assert_own_buffers(got)
+
+
+def _in_worker(monkeypatch, transfer_bytes: int):
+    """This process as DataLoader worker 0 with a fresh ring of ``transfer_bytes``."""
+    import torch.utils.data._utils.worker as worker_module
+
+    from tpuprep import torch as adapter
+
+    monkeypatch.setattr(adapter, "_SENDER", adapter._Sender())
+    adapter._SENDER.transfer_bytes = transfer_bytes
+    monkeypatch.setattr(worker_module, "_worker_info", worker_module.WorkerInfo(id=0, num_workers=1, seed=0,
+                                                                               dataset=None))
+    return adapter
+
+
+def test_in_a_worker_a_graph_is_staged_in_the_ring_and_pickled_as_where_it_is(synth_shards, monkeypatch):
+    """to_data of a worker's item (its tensors views of the ring) copies the graph into a region of its
+    own; pickled, only where it is goes; changed after to_data, it goes with its (changed) bytes."""
+    import copy
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.utils.data._utils.worker as worker_module
+
+    batch = next(iter(batches(synth_shards, LAYOUT)))
+    expected = to_data(batch)
+    adapter = _in_worker(monkeypatch, 1 << 20)
+    item = adapter._tensors_of(batch)
+    assert item.staged is not None
+    graph = to_data(item)
+    assert all(adapter.in_ring(v) for v in graph.to_dict().values() if isinstance(v, torch.Tensor))
+    changed = copy.copy(graph)
+    changed.x = changed.x + 1
+    blobs = [bytes(ForkingPickler.dumps(g)) for g in (graph, changed)]
+    monkeypatch.setattr(worker_module, "_worker_info", None)  # the main process
+    assert len(blobs[0]) < 2000 < expected.x.numel() * 4 < len(blobs[1])
+    got = [pickle.loads(blob) for blob in blobs]
+    assert_same_graphs(got[:1], [expected])
+    assert torch.equal(got[1].x, expected.x + 1)
+    assert_own_buffers(got)
+
+
+def test_in_a_worker_a_graph_refused_by_the_ring_owns_its_tensors(synth_shards, monkeypatch):
+    """A ring with room for the worker's item but not for its graph: the graph's tensors are copies, none
+    a view of the ring (whose region a later batch reuses), and it crosses with its bytes."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.utils.data._utils.worker as worker_module
+
+    from tpuprep.sampling.transfer import HEADER, aligned_offsets
+
+    batch = next(iter(batches(synth_shards, LAYOUT)))
+    expected = to_data(batch)
+    size = aligned_offsets([v.nbytes for v in batch_arrays(batch).values() if isinstance(v, np.ndarray)])[1]
+    adapter = _in_worker(monkeypatch, HEADER + 2 * size)
+    item = adapter._tensors_of(batch)
+    assert item.staged is not None and adapter.in_ring(item["node_feat"])
+    graph = to_data(item)
+    assert "_staged" not in graph.__dict__
+    assert not any(adapter.in_ring(v) for v in graph.to_dict().values() if isinstance(v, torch.Tensor))
+    blob = bytes(ForkingPickler.dumps(graph))
+    monkeypatch.setattr(worker_module, "_worker_info", None)
+    assert_same_graphs([pickle.loads(blob)], [expected])
 
 
 @pytest.mark.parametrize("collection", [LAYOUT, TILE])
@@ -143,18 +247,24 @@ def test_a_batch_of_graphs_gives_each_graph_back_padded(synth_shards, collection
             assert bool((batch.config_runtime_normalizers[i, c:] == 1).all())
 
 
-def test_workers_with_collate_fn_to_batch(synth_shards):
-    """DataLoader(batch_size=2, collate_fn=to_batch) through 2 workers: every Batch is 2 items of one
-    worker (an IterableDataset's workers batch their own shares), together exactly the items of one process."""
+@pytest.mark.parametrize("where", ["worker", "main"])
+def test_workers_with_collate_fn_to_batch(synth_shards, where):
+    """DataLoader(batch_size=2) through 2 workers, with collate_fn=to_batch (the Batch made in the worker) or
+    collate_fn=list and to_batch in the main process (the items through the ring): every Batch is 2 items
+    of one worker (an IterableDataset's workers batch their own shares), together exactly the items of one
+    process."""
     collate = functools.partial(to_batch, k=8)
 
     def graphs(workers: int) -> list[tuple]:
         loader = DataLoader(ConfigBatchDataset(batches(synth_shards, TILE)), batch_size=2, num_workers=workers,
-                            collate_fn=collate)
+                            collate_fn=collate if where == "worker" else list)
         out = []
         for batch in loader:
+            batch = batch if where == "worker" else collate(batch)
             assert isinstance(batch, Batch) and batch.num_graphs in (1, 2)  # 1: the end of a worker's share
             assert batch.config_feat.shape == (batch.num_graphs, 8, 24)
+            assert all(v.untyped_storage().nbytes() < 1 << 20 for v in batch.to_dict().values()
+                       if isinstance(v, torch.Tensor))  # no view of a worker's ring
             for i in range(batch.num_graphs):
                 one = batch.get_example(i)
                 c = int(one.config_mask.sum())

@@ -7,6 +7,7 @@ process, each in a buffer of its own."""
 from __future__ import annotations
 
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -74,12 +75,13 @@ def ds(synth_shards):
     return tpuprep.open_dataset(synth_shards)
 
 
-def _items(ds, collection: str, workers: int, transfer_bytes: int | None = None, **loader_args) -> list:
+def _items(ds, collection: str, workers: int, transfer_bytes: int | None = None, batches_per_graph: int = 4,
+           **loader_args) -> list:
     from torch.utils.data import DataLoader
 
     from tpuprep.torch import ConfigBatchDataset
 
-    batches = ConfigBatches(ds, collection, k=8, seed=2, batches_per_graph=4)
+    batches = ConfigBatches(ds, collection, k=8, seed=2, batches_per_graph=batches_per_graph)
     extra = {} if transfer_bytes is None else {"transfer_bytes": transfer_bytes}
     loader = DataLoader(ConfigBatchDataset(batches, **extra), batch_size=None, num_workers=workers, **loader_args)
     return list(loader)
@@ -118,6 +120,39 @@ def test_worker_items_equal_the_single_process_items(ds, collection, transfer_by
         for a, b in zip(got, want, strict=True):
             _same(a, b)
         _own_buffers(got)
+
+
+class _SlowToPickle:
+    """A value whose pickling takes 20 ms: a worker's queue feeder thread, which pickles the batches,
+    falls behind the worker's main thread, which makes them and stages them in the ring."""
+
+    def __reduce__(self):
+        time.sleep(0.02)
+        return _SlowToPickle, ()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _SlowToPickle)
+
+
+def _slow_to_pickle(item):
+    """A collate_fn that adds a ``_SlowToPickle`` to a batch (it stays staged: its tensors are kept)."""
+    item["slow"] = _SlowToPickle()
+    return item
+
+
+def test_a_small_ring_full_most_of_the_time_hands_over_every_batch_intact(ds):
+    """End to end, the review's race: a ring with room for two batches, 2 workers, prefetch_factor 8,
+    and a feeder thread slowed down, so that batches refused by the full ring are pickled after the
+    worker has staged later ones. Every batch equals the 0-worker run's, byte for byte. (With the
+    feeder at full speed these tiny batches rarely meet the race; slowed, a reducer that reserved ring
+    space for such batches when pickling them failed here in 3 runs of 3, with no error raised.)"""
+    want = _items(ds, "layout:xla:random", 0, batches_per_graph=12, collate_fn=_slow_to_pickle)
+    got = _items(ds, "layout:xla:random", 2, HEADER + 60_000, batches_per_graph=12, collate_fn=_slow_to_pickle,
+                 multiprocessing_context="fork", prefetch_factor=8)
+    assert len(got) == len(want) == 24
+    for a, b in zip(got, want, strict=True):
+        _same(a, b)
+    _own_buffers(got)
 
 
 def test_persistent_workers_keep_their_rings_and_ended_workers_are_forgotten(ds):
@@ -160,32 +195,34 @@ def test_a_batch_pickled_outside_a_worker_is_a_plain_dict_of_tensors(ds):
         _rebuild(((1, "nope"), None, 0, 16), None, [("rows", torch.int64, (2,), 0, 16)], {}, ("rows",))
 
 
-@pytest.mark.parametrize("transfer_bytes", [1 << 16, 0])
-def test_a_batch_crosses_as_it_was_in_the_worker(transfer_bytes, monkeypatch):
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_batch_crosses_as_it_was_in_the_worker(staged, monkeypatch):
     """The reducer in a (simulated) DataLoader worker and the rebuild in the main process: any keys, in
-    their order, tensors of any dtype and shape (empty ones too) and other values, through the ring or
-    the pickled bytes; the rebuilt tensors share one fresh buffer."""
+    their order, tensors of any dtype and shape (empty ones too) and other values, through the ring (a
+    batch staged in it) or the pickled bytes (one that was not: it takes no ring space then); the
+    rebuilt tensors share one fresh buffer."""
     from multiprocessing.reduction import ForkingPickler
-
-    import torch.utils.data._utils.worker as worker_module
 
     from tpuprep import torch as adapter
 
-    monkeypatch.setattr(adapter, "_SENDER", adapter._Sender())
-    adapter._SENDER.transfer_bytes = transfer_bytes
-    item = adapter.BatchTensors([("a", torch.arange(5, dtype=torch.int64)), ("name", "g:1"),
+    want = adapter.BatchTensors([("a", torch.arange(5, dtype=torch.int64)), ("name", "g:1"),
                                  ("b", torch.rand((200, 10), dtype=torch.float32)), ("n", 7),
                                  ("empty", torch.zeros((0, 18), dtype=torch.int8)), ("u", torch.tensor([1, 2], dtype=torch.uint8))])
-    info = worker_module.WorkerInfo(id=0, num_workers=1, seed=0, dataset=None)
+    worker = _in_worker(monkeypatch, 1 << 16)
     blobs = []
     for _ in range(3):  # the ring's first batch carries the ring itself, the next ones refer to it
-        monkeypatch.setattr(worker_module, "_worker_info", info)
-        blobs.append(bytes(ForkingPickler.dumps(item)))
-        monkeypatch.setattr(worker_module, "_worker_info", None)
+        with worker() as adapter:
+            if staged:
+                item = adapter._SENDER.stage({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in want.items()})
+                assert item.staged is not None
+            else:
+                item = want
+            blobs.append(bytes(ForkingPickler.dumps(item)))
+            assert (adapter._SENDER.ring is not None) == staged  # the ring is made by staging only
         again = pickle.loads(blobs[-1])
-        _same(again, item)
+        _same(again, want)
         assert len({t.untyped_storage().data_ptr() for t in again.values() if isinstance(t, torch.Tensor)}) == 1
-    assert (len(blobs[1]) < 1000) == bool(transfer_bytes)  # through the ring, only the layout is pickled
+    assert (len(blobs[1]) < 1000) == staged  # through the ring, only the layout is pickled
 
 
 def _in_worker(monkeypatch, transfer_bytes: int):
@@ -259,6 +296,61 @@ def test_a_staged_batch_changed_in_the_worker_is_sent_as_changed(monkeypatch):
     want = _batch_arrays(3)
     np.testing.assert_array_equal(pickle.loads(blobs[0])["node_feat"].numpy(), want["node_feat"] * 2)
     np.testing.assert_array_equal(pickle.loads(blobs[1])["rows"].numpy(), want["rows"].reshape(2, 4))
+
+
+def test_a_batch_refused_by_a_full_ring_never_takes_ring_space_when_pickled(monkeypatch):
+    """The review's sequence (a ring of 160 bytes): X and Y staged, A refused (the ring is full) and
+    sent another way, X read, B staged, Y read, A pickled by the queue feeder only now, A read, D
+    staged. Had A been given a region when pickled (after B's, though it is sent before B), reading A
+    would release B's region unread and D would be written over it: B would arrive with D's bytes and
+    no error. A goes with its bytes in the pickle, so B and D arrive as staged."""
+    from multiprocessing.reduction import ForkingPickler
+
+    def arrays(seed: int, count: int) -> dict:
+        return {"graph_id": f"g:{seed}", "rows": np.arange(count, dtype=np.int64) + 1000 * seed}
+
+    worker = _in_worker(monkeypatch, HEADER + 160)
+    sent, received = {}, {}
+    with worker() as adapter:  # the worker's main thread stages, its queue feeder pickles
+        x, y = adapter._SENDER.stage(arrays(1, 10)), adapter._SENDER.stage(arrays(2, 10))  # 80 bytes each
+        assert adapter._SENDER.stage(arrays(3, 6)) is None  # A: 48 bytes, no room
+        a = adapter.BatchTensors((key, torch.from_numpy(value) if isinstance(value, np.ndarray) else value)
+                                 for key, value in arrays(3, 6).items())
+        sent["X"] = bytes(ForkingPickler.dumps(x))
+    received["X"] = pickle.loads(sent["X"])  # the main process reads X: [0, 80) released
+    with worker() as adapter:
+        b = adapter._SENDER.stage(arrays(4, 6))  # B: [160, 208), at the ring's offset 0
+        assert b is not None and b.staged[1:3] == (160, 208)
+        sent["Y"] = bytes(ForkingPickler.dumps(y))
+    received["Y"] = pickle.loads(sent["Y"])  # [80, 160) released
+    with worker() as adapter:
+        sent["A"] = bytes(ForkingPickler.dumps(a))  # the feeder reaches A only now
+        assert adapter._SENDER.ring.head == 208  # A took no ring space
+    received["A"] = pickle.loads(sent["A"])
+    with worker() as adapter:
+        d = adapter._SENDER.stage(arrays(5, 10))
+        assert d is not None and d.staged[1] >= b.staged[2]  # after B's region, not over it
+        sent["B"], sent["D"] = bytes(ForkingPickler.dumps(b)), bytes(ForkingPickler.dumps(d))
+    received["B"], received["D"] = pickle.loads(sent["B"]), pickle.loads(sent["D"])
+    for name, seed, count in (("X", 1, 10), ("Y", 2, 10), ("A", 3, 6), ("B", 4, 6), ("D", 5, 10)):
+        want = arrays(seed, count)
+        assert received[name]["graph_id"] == want["graph_id"], name
+        np.testing.assert_array_equal(received[name]["rows"].numpy(), want["rows"], err_msg=name)
+
+
+def test_a_region_read_past_is_refused_not_read(monkeypatch):
+    """Two items of one staged region sent in one pickle (a collate_fn returning a batch and its copy):
+    the first read releases the region, which the worker may then reuse at once, so the second is
+    refused with an error rather than read."""
+    import copy
+    from multiprocessing.reduction import ForkingPickler
+
+    worker = _in_worker(monkeypatch, 1 << 20)
+    with worker() as adapter:
+        item = adapter._SENDER.stage(_batch_arrays(5))
+        blob = bytes(ForkingPickler.dumps((item, copy.copy(item))))
+    with pytest.raises(RuntimeError, match="has read past"):
+        pickle.loads(blob)
 
 
 def test_without_room_in_the_ring_a_batch_is_not_staged(monkeypatch):

@@ -22,7 +22,8 @@ key                    shape, dtype            meaning
 ``config_mask``        (k,) bool               True on real configs, False on padding (``k=``)
 ====================== ======================= =============================================================
 
-plus ``graph_id`` (str), ``epoch`` and ``position`` (int), and any other plain value the item carries.
+plus ``graph_id`` and ``collection`` (str), ``epoch`` and ``position`` (int), and any other plain value the
+item carries.
 
 **Edge direction.** TpuGraphs stores ``edge_index`` as (m, 2) rows ``[u, v]``: node u uses node v's output.
 PyG's message passing sends messages from ``edge_index[0]`` (source) to ``edge_index[1]`` (target)
@@ -36,23 +37,34 @@ by the nodes before them), ``node_config_feat`` along its configurable-node axis
 per-config keys stacked to (B, k, …). Graphs with fewer unique configs than the others are padded to a
 common k (the largest, or ``k=``) with ``config_mask`` False; padding values are those of
 ``tpuprep.sampling.padding`` (node_config_feat −1, rows −1, config_feat 0, group_size 0,
-normalizers 1, runtimes as there). ``to_data`` and ``to_batch`` are what a DataLoader's ``collate_fn``
-needs: ``DataLoader(ConfigBatchDataset(batches), batch_size=None, collate_fn=to_data)`` yields one
-``ConfigGraph`` per step, ``batch_size=B, collate_fn=to_batch`` a ``Batch`` of B graphs (converted in the
-worker processes; both are picklable for spawn workers).
+normalizers 1, runtimes as there).
+
+**In a DataLoader.** ``DataLoader(ConfigBatchDataset(batches), batch_size=None, num_workers=n,
+collate_fn=to_data)`` yields one ``ConfigGraph`` per step, converted in the worker processes: a worker
+copies each graph into its ring of shared memory (``tpuprep.torch.stage``; the graph's pickle says only
+where it is) and the main process copies it out, so every graph it yields holds its tensors in one fresh
+buffer of its own, as ``ConfigBatchDataset`` items do (without room in the ring, the graph's own copies
+cross with their bytes). For a ``Batch`` of B graphs per step, ``batch_size=B, collate_fn=list`` and
+``to_batch(items)`` in the main process: the items cross through the ring. ``collate_fn=to_batch`` works
+too (the Batch is made in the worker), but PyG writes each of its tensors to a shared-memory file of its
+own, which the main process fetches one by one: several times slower (docs/readers.md, PyTorch
+Geometric). Both functions are picklable for spawn workers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 from torch_geometric.data import Batch, Data
 
 from .sampling.batches import batch_arrays
 from .sampling.padding import LAYOUT
+from .torch import BatchTensors, in_ring, stage
 
 __all__ = ["CONFIG_KEYS", "ConfigGraph", "to_batch", "to_data"]
 
@@ -83,7 +95,26 @@ class ConfigGraph(Data):
 def to_data(item: Any, k: int | None = None) -> ConfigGraph:
     """One batch (a ``ConfigBatch``, a ``ConfigBatchDataset`` item or a ``batch_arrays`` dict) → a
     :class:`ConfigGraph`; with ``k``, its configs padded to exactly k (``config_mask`` False on padding;
-    more than k configs is a ValueError)."""
+    more than k configs is a ValueError).
+
+    In a DataLoader worker (``collate_fn=to_data``) the graph's tensors are copied into the worker's
+    ring (``tpuprep.torch.stage``) and the graph crosses to the main process as where they are; there
+    its tensors are views of one fresh buffer of its own. Without room in the ring they are the
+    graph's own copies, and cross with their bytes."""
+    values = _graph_values(item, k)
+    if get_worker_info() is None:
+        return ConfigGraph(**values)
+    staged = stage(values)
+    if staged is None:  # no room: no tensor may stay a view of the ring (a ConfigBatchDataset item's)
+        return ConfigGraph(**{key: value.clone() if isinstance(value, torch.Tensor) and in_ring(value) else value
+                              for key, value in values.items()})
+    graph = ConfigGraph(**staged)
+    graph.__dict__["_staged"] = staged.staged  # beside its store (Data would put a _key in the store's __dict__)
+    return graph
+
+
+def _graph_values(item: Any, k: int | None) -> dict[str, Any]:
+    """The keyword arguments of ``item``'s :class:`ConfigGraph` (``to_data``)."""
     arrays = batch_arrays(item) if hasattr(item, "structure") else item
     if not isinstance(arrays, Mapping) or "edge_index" not in arrays or "node_feat" not in arrays:
         raise TypeError(f"to_data takes a ConfigBatch or a batch dict, got {type(item).__name__}")
@@ -107,7 +138,27 @@ def to_data(item: Any, k: int | None = None) -> ConfigGraph:
         for key in CONFIG_KEYS:
             if key in out:
                 out[key] = _pad_configs(key, out[key], k)
-    return ConfigGraph(**out, **plain)
+    return out | plain
+
+
+def _reduce_graph(graph: ConfigGraph) -> tuple[Any, tuple[Any, ...]]:
+    """How ``ForkingPickler`` (a DataLoader's queues) pickles a :class:`ConfigGraph`: its keys as a
+    ``tpuprep.torch.BatchTensors`` (in a worker: through the ring when ``to_data`` staged the graph
+    there and it is unchanged, else with its bytes, never as views of the ring), rebuilt as a graph."""
+    item = BatchTensors(graph.to_dict())
+    item.staged = graph.__dict__.get("_staged")
+    extra = {key: value for key, value in graph.__dict__.items() if key not in ("_store", "_staged")}
+    return _graph_of, (item, extra)
+
+
+def _graph_of(item: BatchTensors, extra: dict[str, Any]) -> ConfigGraph:
+    """The main process's side of ``_reduce_graph``."""
+    graph = ConfigGraph(**item)
+    graph.__dict__.update(extra)
+    return graph
+
+
+ForkingPickler.register(ConfigGraph, _reduce_graph)
 
 
 def to_batch(items: Sequence[Any], k: int | None = None) -> Batch:
@@ -115,7 +166,7 @@ def to_batch(items: Sequence[Any], k: int | None = None) -> Batch:
     to ``k`` (default: the most any of them has)."""
     if not items:
         raise ValueError("to_batch needs at least one batch")
-    graphs = [to_data(item) for item in items]
+    graphs = [ConfigGraph(**_graph_values(item, None)) for item in items]  # from_data_list copies them
     k = max(len(g.rows) for g in graphs) if k is None else k
     for key in CONFIG_KEYS:
         missing = [g.graph_id for g in graphs if (key in g) != (key in graphs[0])]
@@ -136,7 +187,8 @@ def _is_array(value: Any) -> bool:
 
 
 def _tensor(value: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """A tensor owning its memory (a NumPy array is copied: the structures are shared read-only arrays)."""
+    """A tensor: a NumPy array copied (the structures are shared read-only arrays), a tensor as it is
+    (an item's own; ``to_data`` copies any that views a worker's ring)."""
     return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
 
 

@@ -10,7 +10,9 @@ copied from are shared read-only arrays). Use ``DataLoader(ds, batch_size=None, 
 worker reads every n-th batch of the rank's share, and the loader's round-robin gives them back in the
 single-process order, with any start method (fork, spawn, forkserver). A worker hands its batches to the
 main process through a ring of shared memory (``sampling.transfer``; ``transfer_bytes``, 16 MiB per
-worker): the main process only copies each batch out into its own buffer.
+worker): the main process only copies each batch out into its own buffer. A ``collate_fn`` in the
+workers keeps to the ring when it returns the items unchanged (or lists of them) or
+``tpuprep.pyg.to_data`` graphs (``stage``); a changed item crosses with its bytes.
 
 Epochs: call ``ds.set_epoch(e)`` on the dataset object the loader holds before every epoch; workers read
 the epoch (and a resume point) from memory they share with it at each ``iter(loader)``, so
@@ -191,8 +193,10 @@ class _Sender:
         return ref
 
     def stage(self, arrays: dict[str, Any]) -> BatchTensors | None:
-        """``arrays`` (a batch) copied into a new region of the ring, as a ``BatchTensors`` whose tensors
-        view that region (``staged`` says where), or None without room."""
+        """``arrays`` (a batch: NumPy arrays or CPU tensors, and plain values) copied into a new region
+        of the ring, as a ``BatchTensors`` whose tensors view that region (``staged`` says where), or
+        None without room."""
+        arrays = {key: value.numpy() if isinstance(value, torch.Tensor) else value for key, value in arrays.items()}
         keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
         values = [np.ascontiguousarray(arrays[key]) for key in keys]
         offsets, total = aligned_offsets([v.nbytes for v in values])
@@ -220,10 +224,34 @@ _RECEIVED: dict[tuple[int, str], Ring] = {}  # main process: the rings of the wo
 _RECEIVED_LOCK = threading.Lock()
 
 
+def stage(values: dict[str, Any]) -> BatchTensors | None:
+    """For an adapter that makes its own item in a DataLoader worker (``tpuprep.pyg.to_data`` as a
+    ``collate_fn``): ``values`` (CPU tensors or NumPy arrays, and plain values) copied into one new
+    region of this worker's ring, as a ``BatchTensors`` whose tensors view it and whose pickle sends
+    only where it is (the adapter rebuilds its item from the ``BatchTensors`` the main process gets).
+    None outside a worker, without a ring, or without room. Stage in the worker's main thread, as the
+    item is made, so that items are staged in the order they are sent."""
+    if get_worker_info() is None:
+        return None
+    return _SENDER.stage(values)
+
+
+def in_ring(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` views this process's ring: memory a later batch reuses once the main process
+    has read past it, so it must not leave the worker as a view (copy it)."""
+    return (_SENDER.pid == os.getpid() and _SENDER.tensor is not None
+            and tensor.untyped_storage().data_ptr() == _SENDER.tensor.data_ptr())
+
+
 def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
     """How ``ForkingPickler`` (the DataLoader's queues) pickles a ``BatchTensors``: in a DataLoader
-    worker, its arrays' bytes go to the worker's ring (or, without room, into the pickle) and their
-    layout into the pickle; elsewhere as a plain dict of tensors."""
+    worker, a batch still staged in the worker's ring (``_Sender.stage``) as where its bytes are, any
+    other with its bytes in the pickle; elsewhere as a plain dict of tensors.
+
+    A batch that was not staged never takes ring space here: this runs in the worker's queue feeder
+    thread, later than the worker's main thread may have staged the next batches, and a region
+    reserved now would come after theirs in the ring but before them in the queue — the main process
+    would release past their regions before reading them, and the producer could overwrite them."""
     if get_worker_info() is None:
         return BatchTensors, (dict(item),)
     tensors = {k: v for k, v in item.items() if isinstance(v, torch.Tensor)}
@@ -237,16 +265,10 @@ def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
     offsets, total = aligned_offsets([a.nbytes for a in arrays])
     layout = [(key, t.dtype, tuple(t.shape), start, a.nbytes)
               for (key, t), a, start in zip(tensors.items(), arrays, offsets, strict=True)]
-    with _SENDER.lock:
-        start = _SENDER.reserve(total)
-        target = np.zeros(total, np.uint8) if start is None else _SENDER.ring.region(start, total)
-        for a, offset in zip(arrays, offsets, strict=True):
-            target[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
-        ref = None if start is None else _SENDER.reference()
-    keys = tuple(item)
-    if ref is None:
-        return _rebuild, (None, target.tobytes(), layout, others, keys)
-    return _rebuild, ((*ref, start, start + total), None, layout, others, keys)
+    blob = np.zeros(total, np.uint8)
+    for a, offset in zip(arrays, offsets, strict=True):
+        blob[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+    return _rebuild, (None, blob.tobytes(), layout, others, tuple(item))
 
 
 def _still_staged(item: BatchTensors, tensors: dict[str, torch.Tensor]) -> bool:
@@ -260,7 +282,9 @@ def _still_staged(item: BatchTensors, tensors: dict[str, torch.Tensor]) -> bool:
         return False
     for name, dtype, shape, offset, _nbytes in layout:
         t = tensors.get(name)
-        if t is None or t.data_ptr() != base + offset or t.dtype != dtype or tuple(t.shape) != shape:
+        if t is None or t.dtype != dtype or tuple(t.shape) != shape:
+            return False
+        if t.numel() and t.data_ptr() != base + offset:  # an empty tensor's data_ptr is 0: no bytes to check
             return False
     return True
 
@@ -284,6 +308,11 @@ def _rebuild(ref: tuple[Any, ...] | None, blob: bytes | None, layout: list[tuple
         if ring is None:
             raise RuntimeError("a batch refers to the shared memory of a DataLoader worker this process never "
                                "received: a batch pickled in a DataLoader worker is unpickled by its DataLoader only")
+        if end > start and end <= ring.consumed:
+            raise RuntimeError("a batch refers to a region of a DataLoader worker's shared memory that this process "
+                               "has read past, which the worker may have reused: a worker's items must reach "
+                               "this process once each, in the order it made them (does its collate_fn return "
+                               "an item twice, or an item after the graph made from it?)")
         raw[:] = ring.region(start, total)
         ring.release(end)
     values = dict(others)

@@ -7,8 +7,9 @@ costs a fresh shared-memory file plus a file descriptor fetched from the worker 
 worker's resource-sharer thread, which waits for the GIL); pickled through the DataLoader's pipe, it
 costs a dozen 64 KiB pipe reads and writes. With the ring, the worker copies a batch's bytes into the
 next free region once and sends (start, end); the main process copies them out into the batch's own
-buffer and says how far it has read. The main process then does about a quarter of what making the
-batch cost (benchmarks/loaders.py, the steady-state row).
+buffer and says how far it has read. The main process then does about a fifth of what making the
+batch cost: 0.21 ms of CPU per batch of 64 configs against 1.00 ms (benchmarks/loaders.py, the steady
+state; benchmarks/RESULTS.md §27).
 
 Layout: a ``HEADER``-byte header, then ``capacity`` bytes of regions. Positions are monotonic byte
 counters; a region [start, end) lives at ``HEADER + start mod capacity`` and never wraps (a region that
@@ -17,7 +18,9 @@ the last region the consumer copied out, written by the consumer only. The produ
 end) only if end − consumed ≤ capacity, so it never overwrites a region the consumer has not read; it
 never waits (``reserve`` returns None, and the caller sends the bytes another way). The consumer must
 read the regions of one producer in the order they were reserved (a DataLoader worker's batches reach
-the main process in the order it sent them); a region it never reads is skipped once a later one is.
+the main process in the order it sent them, and the torch adapter reserves only in the worker's main
+thread as it makes a batch, never later in the queue feeder thread that pickles it); a region it never
+reads is skipped once a later one is.
 """
 
 from __future__ import annotations
