@@ -142,3 +142,53 @@ def test_the_backend_check_sees_a_planted_backend_test(tmp_path, monkeypatch):
     monkeypatch.setattr(test_storage, "__file__", str(copy / "tests" / "test_storage.py"))
     with pytest.raises(AssertionError, match=r"build.py:\d+: LocalStore"):
         test_storage.test_nothing_outside_io_asks_which_backend_it_holds()
+
+
+def _raised(fn) -> BaseException:
+    """What ``fn()`` raises (with its traceback)."""
+    try:
+        fn()
+    except BaseException as exc:  # the test inspects whatever it is
+        return exc
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def test_library_error_is_storage_s_and_nothing_else_s(tmp_path, monkeypatch):
+    """``library_error`` decides what becomes ``--dst …: cannot be written: …`` (``store_errors``) or a
+    refused input: only what storage raises. A bug or another package's error (even an ``OSError``,
+    as Dask's comm errors are) keeps its type and traceback (issue #37 review: any third-party
+    exception was worded as a failed request)."""
+    import pyarrow as pa
+    from botocore.exceptions import NoCredentialsError
+    from distributed.comm.core import CommClosedError
+
+    from tpuprep.errors import FatalError
+    from tpuprep.io.store import NotARegularFile, library_error
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    bad_endpoint = resolve("s3://tpuprep-no-bucket/x", {"endpoint_url": "$1"})  # botocore refuses it, offline
+    local = resolve(tmp_path)
+    storage = {
+        "a local file missing": _raised(lambda: local.read_bytes("missing")),
+        "a local link": _raised(lambda: (tmp_path / "l").symlink_to("x") or local.read_bytes("l")),
+        "a missing object": _raised(lambda: resolve("memory://tpuprep-le/x").read_bytes("missing")),
+        "botocore's own": NoCredentialsError(),
+        "a ValueError raised in botocore": _raised(bad_endpoint.check_reachable),
+        "a refused request a stand-in raised": PermissionError("Forbidden"),
+    }
+    assert isinstance(storage["a local link"], NotARegularFile)
+    assert isinstance(storage["a ValueError raised in botocore"], ValueError)
+
+    def comm_closed():
+        raise CommClosedError("in <TCP (closed)>: Stream is closed")
+
+    others = {
+        "pyarrow's ArrowInvalid": _raised(lambda: pa.array([1, "a"])),
+        "Dask's comm error, an OSError": _raised(comm_closed),
+        "a TypeError raised in tpuprep": _raised(lambda: local.path(1)),  # a bug: a path of an int
+        "a FatalError (already one line)": FatalError("x: cannot be read"),
+    }
+    assert isinstance(others["a TypeError raised in tpuprep"], TypeError)
+    assert {k: library_error(e) for k, e in storage.items()} == dict.fromkeys(storage, True)
+    assert {k: library_error(e) for k, e in others.items()} == dict.fromkeys(others, False)
