@@ -282,6 +282,56 @@ def test_a_folder_of_tars_in_a_bucket_with_two_workers(bucket, tree, tmp_path):
     assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
 
 
+def test_a_tar_gone_from_the_bucket_after_listing_is_refused_and_the_rest_builds(bucket, tree, tmp_path,
+                                                                               monkeypatch):
+    """Issue #37 review: an archive deleted between the listing and the reading of its headers stopped
+    the whole build with "--src <root>: does not exist" (false, and not naming the archive). It is one
+    refusal naming the archive, with its listed size, as locally; the other archive converts."""
+    from tpuprep.io.remote_store import RemoteStore
+
+    local = tmp_path / "tars"
+    local.mkdir()
+    _tar(local / "npz_tile_xla_valid.tar", tree, _npz(tree, "tile/xla/valid"))
+    _tar(local / "npz_tile_xla_test.tar", tree, _npz(tree, "tile/xla/test"))
+    url = _upload(bucket, local, "tars")
+    listed = RemoteStore.walk
+
+    def walk_then_delete(store, *args, **kwargs):
+        entries = listed(store, *args, **kwargs)
+        store.fs.rm(store.path("npz_tile_xla_test.tar"))
+        return entries
+
+    monkeypatch.setattr(RemoteStore, "walk", walk_then_delete)
+    report = build(url, tmp_path / "out")
+    gone = [q for q in report.quarantined if q["path"] == "npz_tile_xla_test.tar"]
+    assert len(gone) == 1 and gone[0]["bytes"] == (local / "npz_tile_xla_test.tar").stat().st_size, gone
+    assert gone[0]["error"].startswith("vanished after it was found"), gone
+    assert report.quarantined == gone
+    converted = sorted(r["path"] for r in report.converted)
+    assert converted == sorted(p.relative_to(tree).as_posix() for p in _npz(tree, "tile/xla/valid")) != []
+
+
+def test_a_bucket_gone_after_listing_is_fatal_naming_the_archive(bucket, tree, tmp_path, monkeypatch):
+    """Every input would be refused one by one when the bucket itself went away meanwhile: that stops
+    the build, in a line naming the archive being read and the bucket."""
+    from tpuprep.errors import FatalError
+    from tpuprep.io.remote_store import RemoteStore
+
+    _tar(tmp_path / "npz_tile_xla_valid.tar", tree, _npz(tree, "tile/xla/valid"))
+    url = _upload(bucket, tmp_path / "npz_tile_xla_valid.tar", "tars/npz_tile_xla_valid.tar")
+    listed = RemoteStore.walk
+
+    def walk_then_delete_the_bucket(store, *args, **kwargs):
+        entries = listed(store, *args, **kwargs)
+        store.fs.rm(bucket, recursive=True)
+        store.fs.invalidate_cache()
+        return entries
+
+    monkeypatch.setattr(RemoteStore, "walk", walk_then_delete_the_bucket)
+    with pytest.raises(FatalError, match=f"^{url}: the bucket {bucket} does not exist"):
+        discover(url.rsplit("/", 1)[0])
+
+
 def test_a_plain_npz_tree_in_a_bucket(bucket, tree, tmp_path):
     url = _upload(bucket, tree, "npz")
     report = build(url, tmp_path / "out", collections=["tile", "layout:xla:default"])

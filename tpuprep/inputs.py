@@ -277,15 +277,19 @@ def _refusal(entry: Entry) -> str | None:
 def _archive(source: Source, entry: Entry, origin: Origin, display: str,
              skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
     """The npz members of the tar archive ``entry`` (headers only: ``Store.open_scan``); other members
-    and superseded copies are appended to ``skipped``. An archive that cannot be opened is refused; a
-    refused request to an object store is its one line (``Store.request_errors``)."""
+    and superseded copies are appended to ``skipped``. An archive that cannot be read (gone since it
+    was listed, a link now, denied, a failed request) is refused as ``open_source`` refuses an input,
+    and the batch goes on; only a bucket gone meanwhile is fatal, a line naming the archive."""
     try:
-        with source.store.request_errors(f"--src {source.display}", "listed"), \
-                source.store.open_scan(entry.rel, entry.size) as fh:
+        with source.store.open_scan(entry.rel, entry.size) as fh:
             members, refused = index_tar(fh, display, entry.size, skipped=skipped)
     except BadInput as exc:
         return [], [exc]
-    except OSError as exc:  # a local file's own problem (gone, a link now, EACCES)
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        if not (library_error(exc) or isinstance(exc, FileReplaced)):
+            raise
+        if isinstance(exc, FileNotFoundError) and source.store.missing_bucket():
+            raise source.store.failure(exc, display, "read") from None
         return [], [Refused(display, None, opening_problem(exc), entry.size)]
     return [_Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
                    dataclasses.replace(origin, member=m.name, offset=m.offset)) for m in members], refused
