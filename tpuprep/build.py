@@ -336,7 +336,8 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dic
 
 def _refused_record(exc: BadInput, source: Source) -> dict:
     """The quarantine record of an entry refused by discovery: ``path`` relative to --src
-    (``Source.relative``), its bytes as listed (0 when not known: an archive member, a damage)."""
+    (``Source.relative``), its bytes as listed (a ``Refused``'s size: a file's, an archive's or an
+    archive member's; 0 when not known: a damaged archive's refusal)."""
     size = exc.size if isinstance(exc, Refused) else 0
     return {"path": source.relative(exc.path), "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}

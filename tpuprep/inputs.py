@@ -283,8 +283,8 @@ def _archive(source: Source, entry: Entry, origin: Origin, display: str,
     try:
         with source.store.open_scan(entry.rel, entry.size) as fh:
             members, refused = index_tar(fh, display, entry.size, skipped=skipped)
-    except BadInput as exc:
-        return [], [exc]
+    except BadInput as exc:  # not a readable tar archive: refused whole, with its size
+        return [], [Refused(exc.path, exc.key, exc.problem, entry.size)]
     except Exception as exc:  # botocore's errors are not all OSErrors
         if not (library_error(exc) or isinstance(exc, FileReplaced)):
             raise
@@ -402,7 +402,7 @@ def discover(
         try:
             kind, coll, sp, relpath = classify(e.parts)
         except ValueError as exc:
-            return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}")
+            return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}", e.size)
         return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
 
     return _collect(source, place, list_source(source, skipped))
@@ -426,8 +426,8 @@ def _discover_assigned(source: Source, collection: str, split: str,
         if not top:
             member = e.origin.member is not None
             where = "is a member of an archive" if member else "lies in a subfolder"
-            return BadInput(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
-                            "files directly in --src are read")
+            return Refused(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
+                           "files directly in --src are read", e.size)
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
     return _collect(source, place, listing)
