@@ -163,9 +163,11 @@ class Store(ABC):
         read once: the whole file (``offset`` None), or ``size`` bytes from ``offset`` (a tar member). A
         seekable binary file the caller closes, whose ``stamp()`` is [size, version] of what it reads,
         as it is now. Locally opened once without following a link or waiting on a FIFO and read in
-        place; remotely fetched by one (ranged) read. ``FileNotFoundError`` (gone), ``NotARegularFile``
-        (something else there now), ``FileReplaced`` (shorter than listed, or not the version listed);
-        another failure as the backend raises it."""
+        place; remotely fetched by one (ranged) read of the ``version`` listed. ``FileNotFoundError``
+        (gone), ``NotARegularFile`` (something else there now), ``FileReplaced`` (shorter than listed;
+        remotely also another version than listed, even of the same size: the stamp would be the
+        listing's, not the bytes'; locally the file opened is the one read, and its stamp, from the
+        open file, says which); another failure as the backend raises it."""
 
     @abstractmethod
     def open_scan(self, rel: str, size: int) -> BinaryIO:
