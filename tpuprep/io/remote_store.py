@@ -189,7 +189,8 @@ class RemoteStore(Store):
 
     def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False, durable: bool = False,
                     before_commit: Callable[[], None] | None = None) -> None:
-        """One whole object (durable once written); ``exclusive`` is a conditional write."""
+        """One whole object (durable once written); ``exclusive`` is a conditional write.
+        ``before_commit`` runs before the upload starts: the object becomes visible when it ends."""
         if before_commit is not None:
             before_commit()
         with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:

@@ -211,7 +211,9 @@ class Store(ABC):
                     before_commit: Callable[[], None] | None = None) -> None:
         """Write one whole file, visible only when complete. ``exclusive``: ``FileExistsError`` if it
         exists (never replaced). ``durable``: on stable storage before it becomes visible.
-        ``before_commit()`` runs just before the file becomes visible."""
+        ``before_commit()`` runs after the bytes are written and just before the file becomes visible
+        (the rename or link) locally; on an object store before the upload starts (an upload becomes
+        visible by itself when it ends), so nothing of the object is written yet when it runs."""
 
     @abstractmethod
     def put_file(self, local: str | os.PathLike, rel: str) -> None:
