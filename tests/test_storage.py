@@ -192,3 +192,20 @@ def test_library_error_is_storage_s_and_nothing_else_s(tmp_path, monkeypatch):
     assert isinstance(others["a TypeError raised in tpuprep"], TypeError)
     assert {k: library_error(e) for k, e in storage.items()} == dict.fromkeys(storage, True)
     assert {k: library_error(e) for k, e in others.items()} == dict.fromkeys(others, False)
+
+
+@pytest.mark.parametrize(("args", "named"), [(["info"], "DST"), (["verify", "--src", ".", "--dst"], "--dst"),
+                                             (["export", "--dst-npz", "out", "--shards"], "--shards")])
+def test_a_shard_folder_refused_as_a_file_url_is_named_as_its_command_spells_it(args, named, tmp_path,
+                                                                                 monkeypatch):
+    """``verify --dst`` and ``export --shards`` take a shard folder like ``info DST``; a file URL naming
+    a host was refused as "Invalid value for '--shards': DST file://h/x …" (issue #37 review)."""
+    from click.testing import CliRunner
+
+    from tpuprep.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [*args, "file://h/x"])
+    assert result.exit_code == 2, result.output
+    assert f"{named} file://h/x: a file URL names no host" in result.output, result.output
+    assert named == "DST" or "DST" not in result.output.split("Error:")[-1], result.output
