@@ -174,6 +174,25 @@ def test_refusals_made_while_listing_record_the_bytes_listed(tmp_path):
                      "held.tar!member.npz": (sub.stat().st_size, "is a member of an archive of --src")}, sizes
 
 
+def test_an_input_file_made_by_hand_is_converted_from_its_path(tmp_path):
+    """``InputFile(...)`` without an ``origin`` (what a caller of ``convert_file`` makes by hand) is
+    opened by its path: ``process_batch`` converted it, then ``open_source`` and ``current_stamp``
+    failed on ``origin.store`` (issue #37 review); its stamp is the file's size and mtime."""
+    from tpuprep.build import process_batch
+    from tpuprep.inputs import InputFile, current_stamp
+    from tpuprep.io.storage import resolve
+    from tpuprep.options import BuildOptions
+
+    path = write(tmp_path, "g.npz", tile_arrays(1))
+    inp = InputFile("tile:xla:g", "tile/xla/train/g.npz", path, "tile", "tile:xla", "train", "g",
+                    path.stat().st_size)
+    stamp = [path.stat().st_size, path.stat().st_mtime_ns]
+    assert current_stamp(inp) == stamp
+    done = process_batch([inp], BuildOptions(), resolve(tmp_path / "staging"))
+    assert [r["status"] for r in done["records"]] == ["ok"]
+    assert done["fingerprint"]["files"] == [["tile/xla/train/g.npz", *stamp]]
+
+
 def test_run_file_with_collection_and_split(tmp_path):
     _flat(tmp_path / "in")
     text = 'src = "in"\ndst = "out"\ncollection = "tile:xla"\nsplit = "train"\n'

@@ -136,7 +136,7 @@ def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple
         if record["bytes"] != stamp[0]:
             raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
         g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
-        if reopened_stamp(fh, stamp) != stamp:
+        if reopened_stamp(fh) != stamp:
             raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
     return g, stamp
 

@@ -65,8 +65,9 @@ class InputFile:
     """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was.
 
     ``path`` names the file to people: its path or URL (``Store.url``), ``<archive>!<member>`` for a
-    member of a tar archive; ``origin`` says where its bytes are (None only for a file built by hand,
-    which ``convert_file`` opens by its path).
+    member of a tar archive; ``origin`` says where its bytes are (``discover`` sets it). None only for
+    a file built by hand: its bytes are then the file at ``path`` (``convert_file``, ``open_source`` and
+    ``current_stamp`` open it by that path; nothing was listed, so no version is checked).
     """
 
     graph_id: str
@@ -478,9 +479,15 @@ Stamp = list | None
 remotely the version it was listed with), or None when it is gone. Part of the --resume fingerprint."""
 
 
+def _origin(inp: InputFile) -> Origin:
+    """Where the bytes of ``inp`` are: its ``origin``, or for a file built by hand the file at its
+    ``path`` (a store rooted at that file)."""
+    return inp.origin if inp.origin is not None else Origin(resolve(inp.path))
+
+
 def current_stamp(inp: InputFile) -> Stamp:
     """The stamp of ``inp`` as it is now, without opening it (``Store.stamp``)."""
-    o = inp.origin
+    o = _origin(inp)
     return o.store.stamp(o.rel, size=inp.size, version=o.version, offset=None if o.member is None else o.offset)
 
 
@@ -489,7 +496,7 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     stamp (``Store.open_input``: a file opened once without following a link, an archive member read
     in place, a remote object by one ranged read). Raises BadInput naming the input when they cannot
     be read, or are not those listed (shorter, another version)."""
-    o = inp.origin
+    o = _origin(inp)
     try:
         fh = o.store.open_input(o.rel, size=inp.size, version=o.version,
                                 offset=None if o.member is None else o.offset)
@@ -500,6 +507,6 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     return fh, fh.stamp()
 
 
-def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
+def reopened_stamp(fh: BinaryIO) -> Stamp:
     """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
     return fh.stamp()
