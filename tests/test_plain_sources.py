@@ -148,6 +148,51 @@ def test_subfolder_files_are_refused_not_ignored(tmp_path):
         ("more/extra.npz", "lies in a subfolder of --src")]
 
 
+def test_refusals_made_while_listing_record_the_bytes_listed(tmp_path):
+    """Issue #37 review: since the storage split the quarantine record of a file refused while --src
+    was listed said ``bytes: 0`` although its size was listed: a file outside the tree (``Unplaced``),
+    a file in a subfolder or an archive member with --collection/--split, an archive that is not a tar.
+    Each records its size as listed."""
+    import tarfile
+
+    tree = tmp_path / "npz"
+    write(tree, "layout/xla/random/train/g.npz", layout_arrays(1))
+    stray = write(tree, "extra/stray.npz", layout_arrays(2))
+    (tree / "junk.tar").write_bytes(b"not a tar archive at all" * 50)
+    report = build(tree, tmp_path / "out")
+    sizes = {r["path"]: (r["bytes"], r["error"].split(":")[0].split(" (")[0]) for r in report.quarantined}
+    assert sizes == {"extra/stray.npz": (stray.stat().st_size, "cannot tell its collection and split"),
+                     "junk.tar": (1200, "not a readable uncompressed tar archive")}, sizes
+
+    flat = _flat(tmp_path / "in")
+    sub = write(flat, "more/extra.npz", layout_arrays(5))
+    with tarfile.open(flat / "held.tar", "w") as tf:
+        tf.add(sub, arcname="member.npz")
+    report = build(flat, tmp_path / "out2", collection="layout:xla:random", split="train")
+    sizes = {r["path"]: (r["bytes"], r["error"].split(";")[0]) for r in report.quarantined}
+    assert sizes == {"more/extra.npz": (sub.stat().st_size, "lies in a subfolder of --src"),
+                     "held.tar!member.npz": (sub.stat().st_size, "is a member of an archive of --src")}, sizes
+
+
+def test_an_input_file_made_by_hand_is_converted_from_its_path(tmp_path):
+    """``InputFile(...)`` without an ``origin`` (what a caller of ``convert_file`` makes by hand) is
+    opened by its path: ``process_batch`` converted it, then ``open_source`` and ``current_stamp``
+    failed on ``origin.store`` (issue #37 review); its stamp is the file's size and mtime."""
+    from tpuprep.build import process_batch
+    from tpuprep.inputs import InputFile, current_stamp
+    from tpuprep.io.storage import resolve
+    from tpuprep.options import BuildOptions
+
+    path = write(tmp_path, "g.npz", tile_arrays(1))
+    inp = InputFile("tile:xla:g", "tile/xla/train/g.npz", path, "tile", "tile:xla", "train", "g",
+                    path.stat().st_size)
+    stamp = [path.stat().st_size, path.stat().st_mtime_ns]
+    assert current_stamp(inp) == stamp
+    done = process_batch([inp], BuildOptions(), resolve(tmp_path / "staging"))
+    assert [r["status"] for r in done["records"]] == ["ok"]
+    assert done["fingerprint"]["files"] == [["tile/xla/train/g.npz", *stamp]]
+
+
 def test_run_file_with_collection_and_split(tmp_path):
     _flat(tmp_path / "in")
     text = 'src = "in"\ndst = "out"\ncollection = "tile:xla"\nsplit = "train"\n'

@@ -142,3 +142,70 @@ def test_the_backend_check_sees_a_planted_backend_test(tmp_path, monkeypatch):
     monkeypatch.setattr(test_storage, "__file__", str(copy / "tests" / "test_storage.py"))
     with pytest.raises(AssertionError, match=r"build.py:\d+: LocalStore"):
         test_storage.test_nothing_outside_io_asks_which_backend_it_holds()
+
+
+def _raised(fn) -> BaseException:
+    """What ``fn()`` raises (with its traceback)."""
+    try:
+        fn()
+    except BaseException as exc:  # the test inspects whatever it is
+        return exc
+    raise AssertionError(f"{fn} raised nothing")
+
+
+def test_library_error_is_storage_s_and_nothing_else_s(tmp_path, monkeypatch):
+    """``library_error`` decides what becomes ``--dst …: cannot be written: …`` (``store_errors``) or a
+    refused input: only what storage raises. A bug or another package's error (even an ``OSError``,
+    as Dask's comm errors are) keeps its type and traceback (issue #37 review: any third-party
+    exception was worded as a failed request)."""
+    import pyarrow as pa
+    from botocore.exceptions import NoCredentialsError
+    from distributed.comm.core import CommClosedError
+
+    from tpuprep.errors import FatalError
+    from tpuprep.io.store import NotARegularFile, library_error
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    bad_endpoint = resolve("s3://tpuprep-no-bucket/x", {"endpoint_url": "$1"})  # botocore refuses it, offline
+    local = resolve(tmp_path)
+    storage = {
+        "a local file missing": _raised(lambda: local.read_bytes("missing")),
+        "a local link": _raised(lambda: (tmp_path / "l").symlink_to("x") or local.read_bytes("l")),
+        "a missing object": _raised(lambda: resolve("memory://tpuprep-le/x").read_bytes("missing")),
+        "botocore's own": NoCredentialsError(),
+        "a ValueError raised in botocore": _raised(bad_endpoint.check_reachable),
+        "a refused request a stand-in raised": PermissionError("Forbidden"),
+    }
+    assert isinstance(storage["a local link"], NotARegularFile)
+    assert isinstance(storage["a ValueError raised in botocore"], ValueError)
+
+    def comm_closed():
+        raise CommClosedError("in <TCP (closed)>: Stream is closed")
+
+    others = {
+        "pyarrow's ArrowInvalid": _raised(lambda: pa.array([1, "a"])),
+        "Dask's comm error, an OSError": _raised(comm_closed),
+        "a TypeError raised in tpuprep": _raised(lambda: local.path(1)),  # a bug: a path of an int
+        "a FatalError (already one line)": FatalError("x: cannot be read"),
+    }
+    assert isinstance(others["a TypeError raised in tpuprep"], TypeError)
+    assert {k: library_error(e) for k, e in storage.items()} == dict.fromkeys(storage, True)
+    assert {k: library_error(e) for k, e in others.items()} == dict.fromkeys(others, False)
+
+
+@pytest.mark.parametrize(("args", "named"), [(["info"], "DST"), (["verify", "--src", ".", "--dst"], "--dst"),
+                                             (["export", "--dst-npz", "out", "--shards"], "--shards")])
+def test_a_shard_folder_refused_as_a_file_url_is_named_as_its_command_spells_it(args, named, tmp_path,
+                                                                                 monkeypatch):
+    """``verify --dst`` and ``export --shards`` take a shard folder like ``info DST``; a file URL naming
+    a host was refused as "Invalid value for '--shards': DST file://h/x …" (issue #37 review)."""
+    from click.testing import CliRunner
+
+    from tpuprep.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [*args, "file://h/x"])
+    assert result.exit_code == 2, result.output
+    assert f"{named} file://h/x: a file URL names no host" in result.output, result.output
+    assert named == "DST" or "DST" not in result.output.split("Error:")[-1], result.output

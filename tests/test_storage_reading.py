@@ -181,6 +181,28 @@ def test_elsewhere_a_read_is_checked_by_one_request(tmp_path):
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+def test_elsewhere_an_input_is_read_of_the_version_listed(tmp_path):
+    """``open_input`` on a store without conditional reads (``memory://``): the object read must still
+    be the version listed (one info request after the GET), also when it was replaced by one of the
+    same size; an object that gives no version is read whole."""
+    import time
+    import uuid
+
+    store = resolve(f"memory://k-{uuid.uuid4().hex}/root")
+    store.write_bytes("f.npz", BODY)
+    (listed,) = store.walk()
+    with store.open_input("f.npz", size=100, version=listed.version, offset=8) as fh:  # a member's range
+        assert fh.read() == BODY[8:108] and fh.stamp() == [100, listed.version]
+    with store.open_input("f.npz", size=listed.size, version=listed.version) as fh:
+        assert fh.read() == BODY and fh.stamp() == [len(BODY), listed.version]
+    time.sleep(0.01)  # memory://'s version is its creation time
+    store.write_bytes("f.npz", BODY[::-1])
+    with pytest.raises(FileReplaced, match=r"^was replaced after it was listed: another version$"):
+        store.open_input("f.npz", size=listed.size, version=listed.version)
+    with store.open_input("f.npz", size=listed.size) as fh:  # no version: whole, as it is now
+        assert fh.read() == BODY[::-1]
+
+
 def test_a_denied_local_read_blames_the_file_mode_not_credentials(tmp_path):
     denied = PermissionError(13, "Permission denied")
     local = str(resolve(tmp_path).failure(denied, str(tmp_path / "a.parquet")))

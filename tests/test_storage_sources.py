@@ -282,6 +282,118 @@ def test_a_folder_of_tars_in_a_bucket_with_two_workers(bucket, tree, tmp_path):
     assert _shards(tmp_path / "out") == _shards(tmp_path / "ref") != {}
 
 
+def test_a_tar_gone_from_the_bucket_after_listing_is_refused_and_the_rest_builds(bucket, tree, tmp_path,
+                                                                               monkeypatch):
+    """Issue #37 review: an archive deleted between the listing and the reading of its headers stopped
+    the whole build with "--src <root>: does not exist" (false, and not naming the archive). It is one
+    refusal naming the archive, with its listed size, as locally; the other archive converts."""
+    from tpuprep.io.remote_store import RemoteStore
+
+    local = tmp_path / "tars"
+    local.mkdir()
+    _tar(local / "npz_tile_xla_valid.tar", tree, _npz(tree, "tile/xla/valid"))
+    _tar(local / "npz_tile_xla_test.tar", tree, _npz(tree, "tile/xla/test"))
+    url = _upload(bucket, local, "tars")
+    listed = RemoteStore.walk
+
+    def walk_then_delete(store, *args, **kwargs):
+        entries = listed(store, *args, **kwargs)
+        store.fs.rm(store.path("npz_tile_xla_test.tar"))
+        return entries
+
+    monkeypatch.setattr(RemoteStore, "walk", walk_then_delete)
+    report = build(url, tmp_path / "out")
+    gone = [q for q in report.quarantined if q["path"] == "npz_tile_xla_test.tar"]
+    assert len(gone) == 1 and gone[0]["bytes"] == (local / "npz_tile_xla_test.tar").stat().st_size, gone
+    assert gone[0]["error"].startswith("vanished after it was found"), gone
+    assert report.quarantined == gone
+    converted = sorted(r["path"] for r in report.converted)
+    assert converted == sorted(p.relative_to(tree).as_posix() for p in _npz(tree, "tile/xla/valid")) != []
+
+
+def test_a_bucket_gone_after_listing_is_fatal_naming_the_archive(bucket, tree, tmp_path, monkeypatch):
+    """Every input would be refused one by one when the bucket itself went away meanwhile: that stops
+    the build, in a line naming the archive being read and the bucket."""
+    from tpuprep.errors import FatalError
+    from tpuprep.io.remote_store import RemoteStore
+
+    _tar(tmp_path / "npz_tile_xla_valid.tar", tree, _npz(tree, "tile/xla/valid"))
+    url = _upload(bucket, tmp_path / "npz_tile_xla_valid.tar", "tars/npz_tile_xla_valid.tar")
+    listed = RemoteStore.walk
+
+    def walk_then_delete_the_bucket(store, *args, **kwargs):
+        entries = listed(store, *args, **kwargs)
+        store.fs.rm(bucket, recursive=True)
+        store.fs.invalidate_cache()
+        return entries
+
+    monkeypatch.setattr(RemoteStore, "walk", walk_then_delete_the_bucket)
+    with pytest.raises(FatalError, match=f"^{url}: the bucket {bucket} does not exist"):
+        discover(url.rsplit("/", 1)[0])
+
+
+def _same_size_graphs(seeds: tuple[int, ...]) -> list[bytes]:
+    """Valid tile files of one size (stored, not deflated: the same shapes give the same bytes count)
+    holding different graphs."""
+    import numpy as np
+    from npzfactory import tile_arrays
+
+    files = []
+    for seed in seeds:
+        buf = io.BytesIO()
+        np.savez(buf, **tile_arrays(seed))
+        files.append(buf.getvalue())
+    assert len({len(f) for f in files}) == 1 and len(set(files)) == len(files)
+    return files
+
+
+def test_an_object_replaced_by_one_of_the_same_size_after_listing_is_refused(bucket, tmp_path):
+    """Issue #37 review: ``open_input`` never checked the object's version, so an object replaced after
+    the listing by one of the same size was converted — a graph the listing never saw, recorded with
+    the listed version's stamp: a wrong result that looks like success. The read is of the version
+    listed (S3 ``If-Match``); the file is refused in one line and the rest converts."""
+    import fsspec
+
+    fs = fsspec.filesystem("s3")
+    first, second, replacement = _same_size_graphs((1, 3, 2))
+    fs.pipe({f"{bucket}/npz/tile/xla/train/a.npz": first, f"{bucket}/npz/tile/xla/train/b.npz": second})
+
+    def replace(event, _info):
+        if event == "discovered":
+            fs.pipe(f"{bucket}/npz/tile/xla/train/a.npz", replacement)
+
+    report = build(f"{bucket}/npz", tmp_path / "out", progress=replace)
+    assert [(q["path"], q["error"]) for q in report.quarantined] == [
+        ("tile/xla/train/a.npz", "was replaced after it was listed: another ETag")]
+    assert [r["path"] for r in report.converted] == ["tile/xla/train/b.npz"]
+
+
+def test_an_archive_replaced_by_one_of_the_same_size_after_listing_refuses_its_members(bucket, tmp_path):
+    """The same for an archive member: read by a ranged GET of the archive's version listed."""
+    import fsspec
+
+    from tpuprep.errors import BadInput
+    from tpuprep.inputs import open_source
+
+    tars = []
+    for data in _same_size_graphs((1, 2)):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            info = tarfile.TarInfo("npz/tile/xla/train/a.npz")
+            info.size, info.mtime = len(data), 0
+            tf.addfile(info, io.BytesIO(data))
+        tars.append(buf.getvalue())
+    fs = fsspec.filesystem("s3")
+    fs.pipe(f"{bucket}/a.tar", tars[0])
+    (inp,), refused = discover(f"{bucket}/a.tar")
+    assert not refused
+    fs.pipe(f"{bucket}/a.tar", tars[1])
+    with pytest.raises(BadInput) as err:
+        open_source(inp)
+    assert str(err.value) == f"{bucket}/a.tar!npz/tile/xla/train/a.npz: was replaced after it was listed: " \
+                             "another ETag"
+
+
 def test_a_plain_npz_tree_in_a_bucket(bucket, tree, tmp_path):
     url = _upload(bucket, tree, "npz")
     report = build(url, tmp_path / "out", collections=["tile", "layout:xla:default"])

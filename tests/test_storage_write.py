@@ -172,6 +172,57 @@ def test_permission_error_is_one_line_exit_1_and_writes_nothing(bucket, s3_env, 
     assert "testing-secret" not in done.stderr + done.stdout
 
 
+def _memory_dst() -> str:
+    import uuid
+
+    return f"memory://tpuprep-w-{uuid.uuid4().hex}/shards"
+
+
+def test_only_storage_errors_become_the_dst_line(tiny_src, monkeypatch):
+    """Issue #37 review: ``store_errors`` wraps a build to a URL and worded any third-party exception
+    as ``--dst …: cannot be written``, the traceback lost. Storage's own error is still that one line;
+    pyarrow's ``ArrowInvalid`` and a lost Dask connection (an ``OSError``) keep their type."""
+    import pyarrow as pa
+    from distributed.comm.core import CommClosedError
+
+    from tpuprep import build as build_module
+
+    def arrow(*_args, **_kwargs):
+        pa.array([1, "a"])  # pyarrow's own ArrowInvalid, raised in pyarrow
+
+    def comm(*_args, **_kwargs):
+        raise CommClosedError("in <TCP (closed)>: Stream is closed")
+
+    def denied(*_args, **_kwargs):
+        raise PermissionError("Forbidden")
+
+    url = _memory_dst()
+    monkeypatch.setattr(build_module, "build_manifest", arrow)
+    with pytest.raises(pa.ArrowInvalid):
+        build(tiny_src, url, collections=["tile:xla"])
+    monkeypatch.setattr(build_module, "build_manifest", comm)
+    with pytest.raises(CommClosedError):
+        build(tiny_src, url, collections=["tile:xla"], overwrite=True)
+    monkeypatch.setattr(build_module, "build_manifest", denied)
+    with pytest.raises(FatalError, match=f"^--dst {url}: permission denied: the credentials in use may not "
+                                         "write it"):
+        build(tiny_src, url, collections=["tile:xla"], overwrite=True)
+
+
+def test_a_bug_checking_the_dst_is_not_blamed_on_its_storage_options(tiny_src, monkeypatch):
+    """A ``TypeError`` raised by tpuprep while the destination is checked is a bug and keeps its
+    traceback; it is not "cannot be reached with its storage options" (what botocore's own refusal of an
+    option is: ``test_pipeline_files``)."""
+    from tpuprep.io.remote_store import RemoteStore
+
+    def buggy(store):
+        return store.path(1)  # tpuprep's own TypeError
+
+    monkeypatch.setattr(RemoteStore, "check_reachable", buggy)
+    with pytest.raises(TypeError):
+        build(tiny_src, _memory_dst(), collections=["tile:xla"])
+
+
 def test_a_killed_build_publishes_nothing_and_resume_reuses_its_parts(bucket, tiny_src, reference):
     url = f"{bucket}/killed"
     crashed = run_cli("build", "--src", str(tiny_src), "--dst", url, "-q", env={"TPUPREP_CRASH_AT": "part:4"})

@@ -47,7 +47,7 @@ from .inputs import (
     reopened_stamp,
 )
 from .io.files import sha256_stream
-from .io.store import NotARegularFile, Store
+from .io.store import NotARegularFile, Store, library_error
 from .options import BuildOptions
 from .request import BuildRequest, make_request
 from .shards import destination
@@ -136,7 +136,7 @@ def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple
         if record["bytes"] != stamp[0]:
             raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
         g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
-        if reopened_stamp(fh, stamp) != stamp:
+        if reopened_stamp(fh) != stamp:
             raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
     return g, stamp
 
@@ -264,6 +264,8 @@ def inspect_destination(dst: Store, resume: bool, overwrite: bool, collections: 
     except OSError:
         raise  # a missing bucket, a denied request: store_errors names them
     except Exception as exc:  # the store library's own: no credentials, an invalid endpoint or option
+        if not library_error(exc):
+            raise  # a bug (tpuprep's TypeError) keeps its traceback
         raise FatalError(f"--dst {dst.display}: cannot be reached with its storage options "
                          f"({type(exc).__name__}: {one_line(exc)})") from None
     if not locked:
@@ -334,7 +336,8 @@ def _reusable(batch: list[InputFile], opts: BuildOptions, staging: Store) -> dic
 
 def _refused_record(exc: BadInput, source: Source) -> dict:
     """The quarantine record of an entry refused by discovery: ``path`` relative to --src
-    (``Source.relative``), its bytes as listed (0 when not known: an archive member, a damage)."""
+    (``Source.relative``), its bytes as listed (a ``Refused``'s size: a file's, an archive's or an
+    archive member's; 0 when not known: a damaged archive's refusal)."""
     size = exc.size if isinstance(exc, Refused) else 0
     return {"path": source.relative(exc.path), "graph_id": None, "collection": None, "kind": None, "split": None,
             "bytes": size, "status": "quarantined", "key": exc.key, "error": exc.problem}
@@ -397,7 +400,9 @@ def build(request: BuildRequest | str | Path, dst: str | Path | None = None, opt
 def store_errors(store: Store) -> contextlib.AbstractContextManager[None]:
     """A failed request to the ``--dst`` store (missing bucket, permission refused, network) as one
     FatalError line naming the URL (``Store.request_errors``; locally an ``OSError`` keeps its own
-    line: the CLI's guard names the file and the errno)."""
+    line: the CLI's guard names the file and the errno). Only storage's errors (``library_error``):
+    another component's (pyarrow's ``ArrowInvalid``, a lost Dask connection) or a bug keeps its type
+    and traceback."""
     return store.request_errors(f"--dst {store.display}", "written")
 
 

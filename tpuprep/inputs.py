@@ -65,8 +65,9 @@ class InputFile:
     """One input file. ``relpath`` is canonical (``layout/xla/random/train/x.npz``), whatever --src was.
 
     ``path`` names the file to people: its path or URL (``Store.url``), ``<archive>!<member>`` for a
-    member of a tar archive; ``origin`` says where its bytes are (None only for a file built by hand,
-    which ``convert_file`` opens by its path).
+    member of a tar archive; ``origin`` says where its bytes are (``discover`` sets it). None only for
+    a file built by hand: its bytes are then the file at ``path`` (``convert_file``, ``open_source`` and
+    ``current_stamp`` open it by that path; nothing was listed, so no version is checked).
     """
 
     graph_id: str
@@ -277,15 +278,19 @@ def _refusal(entry: Entry) -> str | None:
 def _archive(source: Source, entry: Entry, origin: Origin, display: str,
              skipped: list[Skipped]) -> tuple[list[_Entry], list[BadInput]]:
     """The npz members of the tar archive ``entry`` (headers only: ``Store.open_scan``); other members
-    and superseded copies are appended to ``skipped``. An archive that cannot be opened is refused; a
-    refused request to an object store is its one line (``Store.request_errors``)."""
+    and superseded copies are appended to ``skipped``. An archive that cannot be read (gone since it
+    was listed, a link now, denied, a failed request) is refused as ``open_source`` refuses an input,
+    and the batch goes on; only a bucket gone meanwhile is fatal, a line naming the archive."""
     try:
-        with source.store.request_errors(f"--src {source.display}", "listed"), \
-                source.store.open_scan(entry.rel, entry.size) as fh:
+        with source.store.open_scan(entry.rel, entry.size) as fh:
             members, refused = index_tar(fh, display, entry.size, skipped=skipped)
-    except BadInput as exc:
-        return [], [exc]
-    except OSError as exc:  # a local file's own problem (gone, a link now, EACCES)
+    except BadInput as exc:  # not a readable tar archive: refused whole, with its size
+        return [], [Refused(exc.path, exc.key, exc.problem, entry.size)]
+    except Exception as exc:  # botocore's errors are not all OSErrors
+        if not (library_error(exc) or isinstance(exc, FileReplaced)):
+            raise
+        if isinstance(exc, FileNotFoundError) and source.store.missing_bucket():
+            raise source.store.failure(exc, display, "read") from None
         return [], [Refused(display, None, opening_problem(exc), entry.size)]
     return [_Entry(tuple(m.name.split("/")), f"{display}!{m.name}", m.size,
                    dataclasses.replace(origin, member=m.name, offset=m.offset)) for m in members], refused
@@ -398,7 +403,7 @@ def discover(
         try:
             kind, coll, sp, relpath = classify(e.parts)
         except ValueError as exc:
-            return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}")
+            return Unplaced(e.path, None, f"cannot tell its collection and split: {exc}", e.size)
         return (kind, coll, sp, relpath) if selected(coll, wanted) and sp in split_set else None
 
     return _collect(source, place, list_source(source, skipped))
@@ -422,8 +427,8 @@ def _discover_assigned(source: Source, collection: str, split: str,
         if not top:
             member = e.origin.member is not None
             where = "is a member of an archive" if member else "lies in a subfolder"
-            return BadInput(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
-                            "files directly in --src are read")
+            return Refused(e.path, None, f"{where} of --src; with --collection/--split only the .npz "
+                           "files directly in --src are read", e.size)
         return kind, collection, split, f"{folder}/{e.parts[-1]}"
 
     return _collect(source, place, listing)
@@ -474,9 +479,15 @@ Stamp = list | None
 remotely the version it was listed with), or None when it is gone. Part of the --resume fingerprint."""
 
 
+def _origin(inp: InputFile) -> Origin:
+    """Where the bytes of ``inp`` are: its ``origin``, or for a file built by hand the file at its
+    ``path`` (a store rooted at that file)."""
+    return inp.origin if inp.origin is not None else Origin(resolve(inp.path))
+
+
 def current_stamp(inp: InputFile) -> Stamp:
     """The stamp of ``inp`` as it is now, without opening it (``Store.stamp``)."""
-    o = inp.origin
+    o = _origin(inp)
     return o.store.stamp(o.rel, size=inp.size, version=o.version, offset=None if o.member is None else o.offset)
 
 
@@ -485,7 +496,7 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     stamp (``Store.open_input``: a file opened once without following a link, an archive member read
     in place, a remote object by one ranged read). Raises BadInput naming the input when they cannot
     be read, or are not those listed (shorter, another version)."""
-    o = inp.origin
+    o = _origin(inp)
     try:
         fh = o.store.open_input(o.rel, size=inp.size, version=o.version,
                                 offset=None if o.member is None else o.offset)
@@ -496,6 +507,6 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
     return fh, fh.stamp()
 
 
-def reopened_stamp(fh: BinaryIO, stamp: Stamp) -> Stamp:
+def reopened_stamp(fh: BinaryIO) -> Stamp:
     """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
     return fh.stamp()

@@ -52,8 +52,10 @@ class ShardFolder(click.ParamType):
     def convert(self, value, param, ctx):
         from ..io.storage import local_path
 
+        # the parameter as the command spells it: --shards (export), --dst (verify), DST (info)
+        what = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name if param else "DST"
         try:
-            path = local_path(value, "DST") if isinstance(value, str) else value
+            path = local_path(value, what) if isinstance(value, str) else value
         except UsageError as exc:  # a file URL naming a host or a relative path
             self.fail(str(exc), param, ctx)
         return value if path is None else self._local.convert(path, param, ctx)

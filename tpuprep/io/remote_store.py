@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import datetime
 import errno
 import io
 import os
@@ -149,9 +150,16 @@ class RemoteStore(Store):
         return None
 
     def open_input(self, rel: str, *, size: int, version: int | str = "", offset: int | None = None) -> Opened:
-        """One GET into memory: the whole object (a grown one is seen), or a member's range."""
-        end = None if offset is None else offset + size
-        data = self.fs.cat_file(self.path(rel), start=offset, end=end)
+        """One GET into memory of the object's ``size`` bytes (or a member's, from ``offset``) of the
+        ``version`` listed (``_fetch``: on S3 conditional, ``If-Match``; elsewhere one info request
+        after it); an object replaced since, even by one of the same size, is ``FileReplaced``. Without
+        a version (a store that gives none) the whole object, so that a grown one is seen."""
+        if version:
+            start = offset or 0
+            (data,) = self._fetch(rel, [(start, start + size)], str(version), "listed")
+        else:
+            end = None if offset is None else offset + size
+            data = self.fs.cat_file(self.path(rel), start=offset, end=end)
         if len(data) != size:
             raise FileReplaced(f"is {len(data)} bytes, it was {size} when listed (changed?)")
         return _Fetched(data, version)
@@ -181,7 +189,8 @@ class RemoteStore(Store):
 
     def write_bytes(self, rel: str, data: bytes, *, exclusive: bool = False, durable: bool = False,
                     before_commit: Callable[[], None] | None = None) -> None:
-        """One whole object (durable once written); ``exclusive`` is a conditional write."""
+        """One whole object (durable once written); ``exclusive`` is a conditional write.
+        ``before_commit`` runs before the upload starts: the object becomes visible when it ends."""
         if before_commit is not None:
             before_commit()
         with self.fs.open(self.path(rel), "xb" if exclusive else "wb") as fh:
@@ -267,6 +276,21 @@ class RemoteStore(Store):
         another version; another failure is the store's one line."""
         url = self.url(rel)
         try:
+            return self._fetch(rel, ranges, version, "opened")
+        except FileReplaced as exc:
+            raise FileReplaced(f"{url} {exc}") from None
+        except FileNotFoundError:
+            raise FileReplaced(f"{url} no longer exists") from None
+        except Exception as exc:  # botocore's NoCredentialsError ...
+            if not library_error(exc):
+                raise
+            raise self.failure(exc, url) from None
+
+    def _fetch(self, rel: str, ranges: list[tuple[int, int]], version: str, since: str) -> list[bytes]:
+        """``get_ranges``'s reads: ``FileReplaced`` saying (without naming the object) what changed
+        since it was ``since`` ("opened", "listed"); a failed request (a missing object too) as the
+        filesystem raises it."""
+        try:
             if version and _conditional(self.fs):
                 return _if_match(self.fs, self.path(rel), ranges, version)
             blocks = self.fs.cat_ranges([self.path(rel)] * len(ranges), [a for a, _ in ranges],
@@ -274,21 +298,15 @@ class RemoteStore(Store):
             for block in blocks:
                 if isinstance(block, BaseException):
                     raise block
-            if version:
-                self.check_version(rel, version)
+            if version and object_version(self.fs.info(self.path(rel), refresh=True)) != version:
+                raise FileReplaced(f"was replaced after it was {since}: another version")
             return blocks
-        except FileReplaced:
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and "pre-condition" in str(exc):
+                raise FileReplaced(f"was replaced after it was {since}: another ETag") from None
+            if exc.errno == errno.EINVAL and "range" in str(exc).lower():
+                raise FileReplaced(f"is shorter than when it was {since}") from None
             raise
-        except FileNotFoundError:
-            raise FileReplaced(f"{url} no longer exists") from None
-        except Exception as exc:  # botocore's NoCredentialsError ...
-            if not library_error(exc):
-                raise
-            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "pre-condition" in str(exc):
-                raise FileReplaced(f"{url} was replaced after it was opened: another ETag") from None
-            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and "range" in str(exc).lower():
-                raise FileReplaced(f"{url} is shorter than when it was opened") from None
-            raise self.failure(exc, url) from None
 
     def check_version(self, rel: str, version: str) -> None:
         """``FileReplaced`` unless the object ``rel`` is still of ``version`` (one info request)."""
@@ -373,11 +391,13 @@ class _Fetched(io.BytesIO):
 
 
 def object_version(meta: dict) -> str:
-    """What identifies this version of an object, from its listing or info: its ETag (S3), its
-    generation (GCS), else its modification time; "" when the store says none of them."""
+    """What identifies this version of an object, from its listing or info (the same either way): its
+    ETag (S3), its generation (GCS), else its modification time (a ``datetime`` as its POSIX timestamp:
+    ``memory://`` lists a float where its info has a ``datetime``); "" when the store says none."""
     for key in ("ETag", "etag", "generation", "LastModified", "mtime", "updated", "created"):
-        if meta.get(key):
-            return str(meta[key])
+        value = meta.get(key)
+        if value:
+            return str(value.timestamp() if isinstance(value, datetime.datetime) else value)
     return ""
 
 

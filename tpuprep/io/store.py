@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -162,9 +163,11 @@ class Store(ABC):
         read once: the whole file (``offset`` None), or ``size`` bytes from ``offset`` (a tar member). A
         seekable binary file the caller closes, whose ``stamp()`` is [size, version] of what it reads,
         as it is now. Locally opened once without following a link or waiting on a FIFO and read in
-        place; remotely fetched by one (ranged) read. ``FileNotFoundError`` (gone), ``NotARegularFile``
-        (something else there now), ``FileReplaced`` (shorter than listed, or not the version listed);
-        another failure as the backend raises it."""
+        place; remotely fetched by one (ranged) read of the ``version`` listed. ``FileNotFoundError``
+        (gone), ``NotARegularFile`` (something else there now), ``FileReplaced`` (shorter than listed;
+        remotely also another version than listed, even of the same size: the stamp would be the
+        listing's, not the bytes'; locally the file opened is the one read, and its stamp, from the
+        open file, says which); another failure as the backend raises it."""
 
     @abstractmethod
     def open_scan(self, rel: str, size: int) -> BinaryIO:
@@ -208,7 +211,9 @@ class Store(ABC):
                     before_commit: Callable[[], None] | None = None) -> None:
         """Write one whole file, visible only when complete. ``exclusive``: ``FileExistsError`` if it
         exists (never replaced). ``durable``: on stable storage before it becomes visible.
-        ``before_commit()`` runs just before the file becomes visible."""
+        ``before_commit()`` runs after the bytes are written and just before the file becomes visible
+        (the rename or link) locally; on an object store before the upload starts (an upload becomes
+        visible by itself when it ends), so nothing of the object is written yet when it runs."""
 
     @abstractmethod
     def put_file(self, local: str | os.PathLike, rel: str) -> None:
@@ -392,12 +397,59 @@ def request_failure(exc: BaseException, what: str, action: str = "read") -> Fata
     return FatalError(f"{what}: cannot be {action}: {type(exc).__name__}: {detail}")
 
 
+STORAGE_PACKAGES = frozenset({"fsspec", "s3fs", "gcsfs", "adlfs", "botocore", "aiobotocore", "boto3", "aiohttp",
+                              "google", "azure", "urllib3", "requests"})
+"""The top-level packages of the filesystems a ``Store`` reaches storage through (fsspec, its S3, GCS and
+Azure implementations and their clients): what they raise is a failed request or a refused option."""
+
+
 def library_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is what a failed request raises: an ``OSError``, or an exception of the
-    filesystem's own library (botocore's ``NoCredentialsError`` …), not Python's or tpuprep's own
-    (a ``TypeError`` is a bug, a ``FatalError`` already one line)."""
-    if isinstance(exc, OSError):
-        return True
+    """Whether ``exc`` is what storage raises — a failed request, a file's own problem, a store refusing
+    its options — to be worded as one line naming the file or URL (``Store.failure``), rather than a
+    bug or another component's failure, which keeps its type and traceback.
+
+    Storage's: an exception of a storage library (``STORAGE_PACKAGES``: botocore's
+    ``NoCredentialsError``, aiohttp's, gcsfs' ``HttpError``); any exception raised inside a storage
+    library's code (botocore's ``ValueError`` for an invalid endpoint, aiobotocore's ``TypeError`` for
+    an unknown option); an ``OSError`` of Python's own or tpuprep's (``FileNotFoundError``,
+    ``PermissionError`` — which s3fs also translates S3's errors into —, ``NotARegularFile``) raised
+    by tpuprep's storage calls or a storage library. Not: tpuprep's own errors (a ``FatalError`` is
+    already one line; a ``TypeError`` raised in tpuprep is a bug), nor another installed package's,
+    even an ``OSError`` (pyarrow's ``ArrowInvalid``, Dask's ``CommClosedError`` or its connect
+    timeout). Who raised it is the innermost frame of its traceback outside the standard library and
+    code that is neither tpuprep nor installed (a test's stand-in)."""
     if isinstance(exc, (FatalError, UsageError)):
         return False
-    return type(exc).__module__.split(".", 1)[0] not in ("builtins", "tpuprep")
+    package = _package(type(exc).__module__)
+    if package in STORAGE_PACKAGES:
+        return True
+    oserror = isinstance(exc, OSError) and package in ("builtins", "ssl", "socket", "tpuprep")
+    tb, owners = exc.__traceback__, []
+    while tb is not None:
+        owners.append(_owner(tb.tb_frame.f_globals))
+        tb = tb.tb_next
+    for owner in reversed(owners):
+        if owner == "storage":
+            return True
+        if owner == "tpuprep":
+            return oserror
+        if owner == "installed":
+            return False
+    return oserror
+
+
+def _package(module: object) -> str:
+    return str(module or "").split(".", 1)[0]
+
+
+def _owner(namespace: dict) -> str | None:
+    """Whose code a frame runs (its globals): ``"storage"`` (``STORAGE_PACKAGES``), ``"tpuprep"``,
+    ``"installed"`` (another installed package: Dask, pyarrow, NumPy), or None (the standard library,
+    or code that is not installed: a test, a script)."""
+    package = _package(namespace.get("__name__"))
+    if package in STORAGE_PACKAGES or package == "tpuprep":
+        return "storage" if package != "tpuprep" else "tpuprep"
+    if package in sys.stdlib_module_names:
+        return None
+    where = str(namespace.get("__file__") or "")
+    return "installed" if "site-packages" in where or "dist-packages" in where else None
