@@ -134,7 +134,9 @@ class ConfigBatches:
         self.collections, self.weights = selection.names, selection.weights
         self.collection = None if selection.mixed else selection.names[0]
         self._ds, self.split, self.k = ds, split, k
-        self._manifest_digest = manifest_digest(ds.manifest)  # what a DataLoader worker must find again
+        # what a DataLoader worker, which opens the folder again, must find there (a view of a dataset, such
+        # as train/holdout.py's, is only read in this process and has no manifest of its own)
+        self._manifest_digest = manifest_digest(ds.manifest) if isinstance(ds, Dataset) else None
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
         self.cache_bytes, self.drop_last = cache_bytes, drop_last
@@ -234,7 +236,7 @@ class ConfigBatches:
             return
         store = self._ds if isinstance(self._ds, Store) else pickle.loads(pickle.dumps(self._ds.store))
         ds = Dataset(store)
-        if manifest_digest(ds.manifest) != self._manifest_digest:
+        if self._manifest_digest is not None and manifest_digest(ds.manifest) != self._manifest_digest:
             raise ds.files.changed(f"{ds.manifest_path} is not the manifest it was opened with")
         self._ds, self._opened_in = ds, os.getpid()
 
