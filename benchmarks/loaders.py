@@ -1,6 +1,6 @@
 """``python -m benchmarks.loaders SHARDS [--collection C] [--split S] [--workers 0,1,2] [--epochs 2]
 [--batches-per-graph B] [--k 64] [--steady-epochs 8] [--block-epochs 4] [--prefetch-factors 2,8]
-[--json FILE]``: configs/s of ``ConfigBatchDataset``
+[--ceiling SECONDS] [--json FILE]``: configs/s of ``ConfigBatchDataset``
 through a real torch ``DataLoader(batch_size=None, num_workers=n, persistent_workers=n > 0)``, per epoch,
 for each n; then the steady state, 0 workers against the largest n, interleaved in one process.
 
@@ -23,6 +23,10 @@ loader: the median configs/s over blocks, and the CPU time per batch of the main
 workers (``/proc/PID/stat``: all threads); the speed-up is the median of the per-block ratios n ÷ 0. ``cpu_bound_speedup`` is what those CPU times allow on n free cores: min(n ÷ total CPU per batch
 with workers, 1 ÷ the main process's CPU per batch) ÷ (1 ÷ CPU per batch without workers) — the figure to
 compare when other jobs share the machine (the load averages are reported too).
+
+**Ceiling** (``--ceiling SECONDS``): n independent processes (n the largest worker count), each iterating its
+own ``ConfigBatchDataset`` in-process as 0 workers do, forked after a warm-up epoch and started together,
+against one alone: what the cores give when nothing is handed between processes.
 """
 
 from __future__ import annotations
@@ -138,6 +142,48 @@ def run_steady(shards: str, collection: str, split: str, workers: int, epochs: i
             "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
+def run_ceiling(shards: str, collection: str, split: str, k: int, batches_per_graph: int | str,
+                processes: int, seconds: float) -> dict:
+    """What the machine allows without a DataLoader: configs/s of ``processes`` independent processes,
+    each iterating its own ``ConfigBatchDataset`` in-process (as 0 workers do) for ``seconds``, against
+    one alone. Forked after a warm-up epoch (structures cached), started together through a pipe."""
+    import tpuprep
+    from tpuprep.torch import ConfigBatchDataset
+
+    dataset = ConfigBatchDataset(tpuprep.ConfigBatches(tpuprep.open_dataset(shards), collection, split=split,
+                                                       k=k, seed=0, batches_per_graph=batches_per_graph))
+    for _ in dataset:  # epoch 0: structures read, kernels loaded, inherited by the forks
+        pass
+
+    def together(n: int) -> list[float]:
+        go_r, go_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pids = []
+        for _ in range(n):
+            pid = os.fork()
+            if pid == 0:  # a child: iterate epochs 1, 2, ... for `seconds`, write its configs/s
+                os.read(go_r, 1)
+                started, configs, epoch = time.perf_counter(), 0, 1
+                while time.perf_counter() - started < seconds:
+                    dataset.set_epoch(epoch)
+                    epoch += 1
+                    configs += sum(len(item["rows"]) for item in dataset)
+                os.write(out_w, f"{configs / (time.perf_counter() - started)}\n".encode())
+                os._exit(0)
+            pids.append(pid)
+        os.write(go_w, b"x" * n)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        os.close(out_w)
+        with os.fdopen(out_r) as f:
+            return [float(line) for line in f]
+
+    alone = together(1)[0]
+    each = together(processes)
+    return {"processes": processes, "seconds": seconds, "alone_configs_per_s": round(alone, 1),
+            "each_configs_per_s": [round(x, 1) for x in each], "aggregate_speedup": round(sum(each) / alone, 3)}
+
+
 def speedups(runs: list[dict]) -> dict[str, float]:
     """configs/s of each n > 0 over n = 0, per epoch: {"n=2 epoch 0": 1.52, ...}."""
     base = next((r for r in runs if r["workers"] == 0), None)
@@ -165,6 +211,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--block-epochs", type=int, default=4, help="epochs per block of the steady state")
     ap.add_argument("--prefetch-factors", default="2,8",
                     help="comma-separated DataLoader prefetch_factor values, one steady state each")
+    ap.add_argument("--ceiling", type=float, default=0.0, metavar="SECONDS",
+                    help="also run as many independent in-process loops as the largest worker count, "
+                         "for SECONDS each, against one alone (0: skip)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # internal: one run, JSON out
     ap.add_argument("--steady", type=int, default=None, help=argparse.SUPPRESS)  # internal: steady state
@@ -218,6 +267,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"{most} workers main {cpu[str(most)]['main']} + workers {cpu[str(most)]['workers']}; "
                   f"CPU-bound speed-up {steady['cpu_bound_speedup']:.2f}x; load {steady['load_before']} -> "
                   f"{steady['load_after']}", flush=True)
+    if args.ceiling > 0 and most > 0:
+        ceiling = result["ceiling"] = run_ceiling(args.shards, args.collection, args.split, args.k, bpg, most,
+                                                  args.ceiling)
+        print(f"ceiling: {most} independent in-process loops {ceiling['each_configs_per_s']} configs/s each, "
+              f"one alone {ceiling['alone_configs_per_s']:,.0f}: {ceiling['aggregate_speedup']:.2f}x in aggregate",
+              flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 

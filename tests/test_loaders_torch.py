@@ -191,7 +191,8 @@ def test_a_forked_process_reads_through_its_own_dataset(ds):
 def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
     """benchmarks.loaders on tiny data: 0, 1 and 2 persistent workers, 2 epochs each, the same batches
     and configs per epoch for every worker count, speed-ups and peak RSS reported; then the steady state
-    for each prefetch factor, 0 and 2 workers alternated in blocks of epochs, with CPU per batch."""
+    for each prefetch factor, 0 and 2 workers alternated in blocks of epochs, with CPU per batch; then the
+    ceiling, 2 independent in-process loops against one."""
     import subprocess
     import sys
     from pathlib import Path
@@ -200,7 +201,7 @@ def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
     out = tmp_path / "loaders.json"
     proc = subprocess.run([sys.executable, "-m", "benchmarks.loaders", str(synth_shards), "--batches-per-graph",
                            "3", "--k", "8", "--steady-epochs", "3", "--block-epochs", "2",
-                           "--prefetch-factors", "2,3", "--json", str(out)], cwd=repo,
+                           "--prefetch-factors", "2,3", "--ceiling", "0.3", "--json", str(out)], cwd=repo,
                           capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -220,3 +221,8 @@ def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
         cpu = steady["cpu_ms_per_batch"]  # CPU clock ticks are 10 ms: a tiny block may count 0
         assert cpu["0"]["workers"] == 0 and cpu["0"]["main"] >= 0 and cpu["2"]["workers"] >= 0
     assert "steady state, prefetch_factor 3, epochs 1-3 in blocks of 2" in proc.stdout
+    ceiling = res["ceiling"]  # 2 independent in-process loops against one alone
+    assert ceiling["processes"] == 2 and len(ceiling["each_configs_per_s"]) == 2
+    assert ceiling["alone_configs_per_s"] > 0 and all(x > 0 for x in ceiling["each_configs_per_s"])
+    assert abs(ceiling["aggregate_speedup"] - sum(ceiling["each_configs_per_s"]) / ceiling["alone_configs_per_s"]) < 2e-3
+    assert "ceiling: 2 independent in-process loops" in proc.stdout
