@@ -134,9 +134,8 @@ class ConfigBatches:
         self.collections, self.weights = selection.names, selection.weights
         self.collection = None if selection.mixed else selection.names[0]
         self._ds, self.split, self.k = ds, split, k
-        # what a DataLoader worker, which opens the folder again, must find there (a view of a dataset, such
-        # as train/holdout.py's, is only read in this process and has no manifest of its own)
-        self._manifest_digest = manifest_digest(ds.manifest) if isinstance(ds, Dataset) else None
+        self._manifest_digest: str | None = None  # of the manifest ds opened: ``_opened_digest``
+        self._fingerprint: str | None = None  # ``fingerprint``: settings fixed from here on
         self.strategy, self.seed, self.rank, self.world_size = strategy, int(seed), rank, world_size
         self.batches_per_graph, self.structures = batches_per_graph, structures
         self.cache_bytes, self.drop_last = cache_bytes, drop_last
@@ -236,9 +235,19 @@ class ConfigBatches:
             return
         store = self._ds if isinstance(self._ds, Store) else pickle.loads(pickle.dumps(self._ds.store))
         ds = Dataset(store)
-        if self._manifest_digest is not None and manifest_digest(ds.manifest) != self._manifest_digest:
+        expected = self._opened_digest()
+        if expected is not None and manifest_digest(ds.manifest) != expected:
             raise ds.files.changed(f"{ds.manifest_path} is not the manifest it was opened with")
         self._ds, self._opened_in = ds, os.getpid()
+
+    def _opened_digest(self) -> str | None:
+        """The digest of the manifest the given dataset opened, which a DataLoader worker, opening the
+        folder again, must find there: computed on first need (pickling for a spawned worker, or in a
+        forked one from the inherited dataset), never when no worker reads. None for a view of a dataset
+        (such as train/holdout.py's), only read in the process that made it."""
+        if self._manifest_digest is None and isinstance(self._ds, Dataset):
+            self._manifest_digest = manifest_digest(self._ds.manifest)
+        return self._manifest_digest
 
     def __iter__(self) -> Iterator[ConfigBatch]:
         """Begin a pass now (the epoch and resume point are read here, not at the first batch) and
@@ -294,6 +303,7 @@ class ConfigBatches:
         the same credentials; they are never shown by ``repr`` or ``state_dict`` — and a bucket cache's
         ``cache_dir``); the cache starts empty; the epoch and resume point stay shared with this object
         when a worker is being started (``SharedProgress``)."""
+        self._opened_digest()
         state = dict(vars(self))
         state["_ds"] = self.ds.store
         for local in ("cache", "_pass", "_position", "_next", "_local", "_opened_in"):
@@ -312,9 +322,11 @@ class ConfigBatches:
     def fingerprint(self) -> str:
         """A short hash of every setting the stream depends on except seed, epoch, rank and world size
         (graph list, collections and weights, split, k, strategy, quotas rule, drop_last)."""
-        settings = [self.selection.setting(), self.split, self.k, self.strategy, self.batches_per_graph,
-                    self.drop_last, self.graph_ids]
-        return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+        if self._fingerprint is None:  # asked after every batch (StatefulDataLoader): hashed once
+            settings = [self.selection.setting(), self.split, self.k, self.strategy, self.batches_per_graph,
+                        self.drop_last, self.graph_ids]
+            self._fingerprint = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+        return self._fingerprint
 
     def state_dict(self, position: int | None = None) -> dict[str, Any]:
         """{"version", "epoch", "base", "position", "world_size", "rank", "seed", "fingerprint"}
