@@ -84,12 +84,15 @@ def run_one(shards: str, collection: str, split: str, workers: int, epochs: int,
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process, all its threads (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a process has run, all its live threads (``/proc/PID/task/*/schedstat``: nanoseconds,
+    where ``/proc/PID/stat`` counts 10 ms clock ticks); 0 when it is gone."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 def run_steady(shards: str, collection: str, split: str, workers: int, epochs: int, k: int,

@@ -217,9 +217,9 @@ def test_the_loaders_benchmark_runs(synth_shards, tmp_path):
     assert [s["prefetch_factor"] for s in res["steady"]] == [2, 3]
     for steady in res["steady"]:  # 0 and 2 workers, epochs 1–2 then 3, alternated in one process
         assert (steady["workers"], steady["epochs"], steady["block_epochs"], steady["batches"]) == (2, 3, 2, 6)
-        assert len(steady["speedup_per_block"]) == 2 and steady["speedup"] > 0 and steady["cpu_bound_speedup"] >= 0
-        cpu = steady["cpu_ms_per_batch"]  # CPU clock ticks are 10 ms: a tiny block may count 0
-        assert cpu["0"]["workers"] == 0 and cpu["0"]["main"] >= 0 and cpu["2"]["workers"] >= 0
+        assert len(steady["speedup_per_block"]) == 2 and steady["speedup"] > 0 and steady["cpu_bound_speedup"] > 0
+        cpu = steady["cpu_ms_per_batch"]  # the workers' CPU from schedstat (ns): never 0 for a block that ran
+        assert cpu["0"]["workers"] == 0 and cpu["0"]["main"] > 0 and cpu["2"]["main"] > 0 and cpu["2"]["workers"] > 0
     assert "steady state, prefetch_factor 3, epochs 1-3 in blocks of 2" in proc.stdout
     ceiling = res["ceiling"]  # 2 independent in-process loops against one alone
     assert ceiling["processes"] == 2 and len(ceiling["each_configs_per_s"]) == 2
