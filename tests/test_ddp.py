@@ -85,9 +85,9 @@ def _run_world(world: int, shards: Path, out: Path, drop_last: bool, collection:
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
-    return [[(g, e, tuple(r)) for g, e, r, c in json.loads((out / f"rank{r}.json").read_text())
-             if c == g.rsplit(":", 1)[0]]  # every batch names its graph's collection
-            for r in range(world)]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    assert all(c == g.rsplit(":", 1)[0] for rows in ranks for g, _, _, c in rows)  # each names its collection
+    return [[(g, e, tuple(r)) for g, e, r, _ in rows] for rows in ranks]
 
 
 @pytest.mark.parametrize("world, drop_last", [(2, False), (3, False), (3, True)])

@@ -496,5 +496,18 @@ def test_the_remote_reading_benchmark_measures_the_cache(synth_shards, s3_endpoi
     assert set(rows) == {"local folder", "none", "whole objects"}
     assert rows["local folder"]["epoch1_other_process"]["requests"] == 0
     cached = rows["whole objects"]
+    assert cached["epoch0"]["requests"] > 0 and cached["epoch0"]["received_bytes"] > 0  # counted when sent
     assert cached["epoch1"]["requests"] == 0 and cached["epoch1_other_process"]["received_bytes"] == 0
     assert rows["none"]["epoch1_other_process"]["received_bytes"] > 0
+
+
+def test_exact_range_bytes_counts_what_no_earlier_range_covered():
+    """benchmarks.remote_reading's "a cache of the exact byte ranges read" figure: the bytes of the later
+    GETs outside every earlier range of the same object (overlapping and adjacent ranges merged)."""
+    from benchmarks.remote_reading import exact_range_bytes
+
+    first = [("a", 0, 10), ("a", 5, 20), ("b", 100, 110)]
+    assert exact_range_bytes(first, [("a", 15, 30)]) == 10  # [20, 30) is new
+    assert exact_range_bytes(first, [("a", 0, 20)]) == 0  # covered by two overlapping ranges
+    assert exact_range_bytes(first, [("a", 25, 40), ("b", 95, 105), ("c", 0, 7)]) == 15 + 5 + 7
+    assert exact_range_bytes([], [("a", 3, 9)]) == 6
