@@ -139,21 +139,57 @@ def to_tensors(arrays: dict[str, Any]) -> BatchTensors:
     """NumPy arrays → tensors (copies, so writable and owned by the item); other values unchanged.
 
     All tensors of one item are views of one fresh uint8 buffer (each at a 16-byte aligned offset)."""
-    keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
-    values = [np.ascontiguousarray(arrays[key]) for key in keys]
-    offsets, total = aligned_offsets([v.nbytes for v in values])
+    values = _arrays_of(arrays)
+    layout, total = _layout(values)
     buffer = torch.empty(total, dtype=torch.uint8)
-    raw = buffer.numpy()
+    _pack(values, layout, buffer.numpy())
     out = BatchTensors(arrays)
-    for key, value, start in zip(keys, values, offsets, strict=True):
-        raw[start:start + value.nbytes].view(value.dtype).reshape(value.shape)[...] = value
-        out[key] = buffer[start:start + value.nbytes].view(_torch_dtype(value.dtype)).view(value.shape)
+    out.update(_views(buffer, 0, layout))
     return out
+
+
+# One batch's arrays laid end to end in one uint8 buffer: its layout is one (key, torch dtype, shape,
+# offset, nbytes) per array, at 16-byte aligned offsets (``sampling.transfer.aligned_offsets``). The same
+# layout packs an item's own buffer (``to_tensors``), a ring region (``_Sender.stage``) or a pickle's
+# bytes (``_reduce``), and views them back as tensors (``_views``, ``_rebuild``).
+Layout = list[tuple[str, torch.dtype, tuple[int, ...], int, int]]
+
+
+def _arrays_of(values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The NumPy arrays (C-contiguous) among ``values``, CPU tensors as NumPy views, in their order."""
+    arrays = {key: value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+              for key, value in values.items()}
+    return {key: value if value.flags.c_contiguous else np.ascontiguousarray(value)  # shape kept, 0-d too
+            for key, value in arrays.items() if isinstance(value, np.ndarray)}
+
+
+def _layout(arrays: dict[str, np.ndarray]) -> tuple[Layout, int]:
+    """(layout, total bytes) of ``arrays`` laid end to end."""
+    offsets, total = aligned_offsets([a.nbytes for a in arrays.values()])
+    return [(key, _torch_dtype(a.dtype), a.shape, offset, a.nbytes)
+            for (key, a), offset in zip(arrays.items(), offsets, strict=True)], total
+
+
+def _pack(arrays: dict[str, np.ndarray], layout: Layout, target: np.ndarray) -> None:
+    """Copy ``arrays``' bytes into ``target`` (a (total,) uint8 array) at their ``layout`` offsets."""
+    for (_, _, _, offset, nbytes), a in zip(layout, arrays.values(), strict=True):
+        target[offset:offset + nbytes] = a.reshape(-1).view(np.uint8)
+
+
+def _views(buffer: torch.Tensor, base: int, layout: Layout) -> dict[str, torch.Tensor]:
+    """The tensors of ``layout`` as views of the uint8 ``buffer`` from byte ``base`` on."""
+    return {key: buffer[base + offset:base + offset + nbytes].view(dtype).view(shape)
+            for key, dtype, shape, offset, nbytes in layout}
+
+
+_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {}
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype of a NumPy dtype (as ``torch.from_numpy`` maps it)."""
-    return torch.from_numpy(np.empty(0, dtype)).dtype
+    if dtype not in _TORCH_DTYPES:
+        _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return _TORCH_DTYPES[dtype]
 
 
 # -- handing batches over from a DataLoader worker ---------------------------------------------------
@@ -196,25 +232,15 @@ class _Sender:
         """``arrays`` (a batch: NumPy arrays or CPU tensors, and plain values) copied into a new region
         of the ring, as a ``BatchTensors`` whose tensors view that region (``staged`` says where), or
         None without room."""
-        arrays = {key: value.numpy() if isinstance(value, torch.Tensor) else value for key, value in arrays.items()}
-        keys = [key for key, value in arrays.items() if isinstance(value, np.ndarray)]
-        values = [np.ascontiguousarray(arrays[key]) for key in keys]
-        offsets, total = aligned_offsets([v.nbytes for v in values])
+        values = _arrays_of(arrays)
+        layout, total = _layout(values)
         with self.lock:
             start = self.reserve(total)
             if start is None:
                 return None
-            region = self.ring.region(start, total)
-            for value, offset in zip(values, offsets, strict=True):
-                region[offset:offset + value.nbytes] = value.reshape(-1).view(np.uint8)
-            base = HEADER + start % self.ring.capacity
+            _pack(values, layout, self.ring.region(start, total))
             item = BatchTensors(arrays)
-            layout = []
-            for key, value, offset in zip(keys, values, offsets, strict=True):
-                dtype = _torch_dtype(value.dtype)
-                view = self.tensor[base + offset:base + offset + value.nbytes].view(dtype).view(value.shape)
-                item[key] = view
-                layout.append((key, dtype, tuple(value.shape), offset, value.nbytes))
+            item.update(_views(self.tensor, HEADER + start % self.ring.capacity, layout))
             item.staged = (self.key, start, start + total, layout)
         return item
 
@@ -261,13 +287,10 @@ def _reduce(item: BatchTensors) -> tuple[Any, tuple[Any, ...]]:
         with _SENDER.lock:
             ref = _SENDER.reference()
         return _rebuild, ((*ref, start, end), None, layout, others, tuple(item))
-    arrays = [t.detach().cpu().contiguous().numpy() for t in tensors.values()]
-    offsets, total = aligned_offsets([a.nbytes for a in arrays])
-    layout = [(key, t.dtype, tuple(t.shape), start, a.nbytes)
-              for (key, t), a, start in zip(tensors.items(), arrays, offsets, strict=True)]
+    arrays = _arrays_of(tensors)
+    layout, total = _layout(arrays)
     blob = np.zeros(total, np.uint8)
-    for a, offset in zip(arrays, offsets, strict=True):
-        blob[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
+    _pack(arrays, layout, blob)
     return _rebuild, (None, blob.tobytes(), layout, others, tuple(item))
 
 
@@ -315,9 +338,7 @@ def _rebuild(ref: tuple[Any, ...] | None, blob: bytes | None, layout: list[tuple
                                "an item twice, or an item after the graph made from it?)")
         raw[:] = ring.region(start, total)
         ring.release(end)
-    values = dict(others)
-    for key, dtype, shape, start, nbytes in layout:
-        values[key] = buffer[start:start + nbytes].view(dtype).view(shape)
+    values = others | _views(buffer, 0, layout)
     return BatchTensors((key, values[key]) for key in keys)  # the worker's key order
 
 
