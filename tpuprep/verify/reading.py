@@ -23,7 +23,6 @@ import numpy as np
 
 from ..errors import BadInput
 from ..inputcheck import Entry, MemberProblem, MemberReader
-from ..io import npz
 from ..io.npz import NpzFile
 
 
@@ -85,10 +84,8 @@ class InputReader:
         if not member.shape:
             yield from self.f.iter_rows(key, rows_per_chunk)  # refused there, with the build's words
             return
-        if member.fortran_order and len(member.shape) > 1 and member.nbytes and f"{key}.npy" in self._entries \
-                and f"{key}.npy" not in self._done:
-            yield from self._fortran_rows(key, rows_per_chunk,
-                                          npz.FORTRAN_WINDOW_BYTES if window_bytes is None else window_bytes)
+        if member.by_columns and f"{key}.npy" in self._entries and f"{key}.npy" not in self._done:
+            yield from self._fortran_rows(key, rows_per_chunk, window_bytes)
             return
         reader = self._open(key)
         if reader is None:
@@ -111,15 +108,17 @@ class InputReader:
             yield start, chunk
         self._close(key, reader)
 
-    def _fortran_rows(self, key: str, rows_per_chunk: int, window_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    def _fortran_rows(self, key: str, rows_per_chunk: int,
+                      window_bytes: int | None) -> Iterator[tuple[int, np.ndarray]]:
         """``iter_rows`` of a Fortran-ordered member (r, d1, ..., dk), whose data is its columns (all but
-        the first index, d1 fastest), r values each: per window of rows that fits ``window_bytes``, one
-        pass inflating the member from its zip entry, copying every column's values of the window into
-        it one column at a time; the pass's size and CRC-32 are checked before its rows are given."""
+        the first index, d1 fastest), r values each: per window of rows that fits ``window_bytes`` (None:
+        ``FORTRAN_WINDOW_BYTES``; ``Member.window_rows``), one pass inflating the member from its zip
+        entry, copying every column's values of the window into it one column at a time; the pass's
+        size and CRC-32 are checked before its rows are given."""
         member, entry = self.f.member(key), self._entries[f"{key}.npy"]
         rows, row_shape, dtype = member.shape[0], member.shape[1:], member.dtype
         columns = int(np.prod(row_shape, dtype=np.int64))
-        width = max(1, min(rows, window_bytes // (columns * dtype.itemsize)))
+        width = member.window_rows(window_bytes)
         scratch = np.empty(rows * dtype.itemsize, np.uint8)
         for first in range(0, rows, width):
             last = min(rows, first + width)
