@@ -47,14 +47,13 @@ FETCH_BYTES = 64 << 20
 """At most this many bytes of blocks are fetched at once (one round of concurrent ranged GETs)."""
 
 
-def cached(store: RemoteStore, cache_dir: str | os.PathLike, cache_bytes: int | None) -> CachedStore:
+def cached(store: RemoteStore, cache_dir: str, cache_bytes: int | None) -> CachedStore:
     """``store`` read through the cache folder ``cache_dir`` holding at most ``cache_bytes`` bytes
-    (None: unbounded); arguments checked by ``check_cache``. ``FatalError`` when the folder cannot be
+    (None: unbounded), both as ``check_cache`` returned them. ``FatalError`` when the folder cannot be
     created or used (refused now, not at the first read)."""
-    folder, capacity = check_cache(cache_dir, cache_bytes)
-    block_cache(folder, capacity)
+    block_cache(cache_dir, cache_bytes)
     return CachedStore(root=store.root, display=store.display, fs=store.fs, protocol=store.protocol,
-                       options=store.options, cache_dir=folder, cache_bytes=capacity)
+                       options=store.options, cache_dir=cache_dir, cache_bytes=cache_bytes)
 
 
 def check_cache(cache_dir: object, cache_bytes: object) -> tuple[str, int | None]:

@@ -105,7 +105,8 @@ def resolve(target: str | os.PathLike, storage_options: dict | None = None, *, w
         # imported here: SQLite and the cache's code only for who asks for a cache
         from .cache_store import cached, check_cache
 
-        check_cache(cache_dir, cache_bytes)  # also for a local folder: a mistake is refused everywhere
+        # also for a local folder: a mistake is refused everywhere
+        cache_dir, cache_bytes = check_cache(cache_dir, cache_bytes)
     if isinstance(where, Path):
         return LocalStore(root=str(where.expanduser().absolute()), display=str(where) if _scheme(text) else text)
     scheme = _scheme(where)
