@@ -44,7 +44,6 @@ from .inputs import (
     discover,
     inventory,
     open_source,
-    reopened_stamp,
 )
 from .io.files import sha256_stream
 from .io.store import NotARegularFile, Store, library_error
@@ -136,7 +135,7 @@ def _read_and_convert(inp: InputFile, opts: BuildOptions, record: dict) -> tuple
         if record["bytes"] != stamp[0]:
             raise BadInput(inp.path, None, "changed while it was being read (still being written?)")
         g = convert_file(dataclasses.replace(inp, size=record["bytes"]), opts, record["sha256"], fh)
-        if reopened_stamp(fh) != stamp:
+        if fh.stamp() != stamp:  # the file as it is now: changed during the read?
             raise BadInput(inp.path, None, "changed while it was being converted (still being written?)")
     return g, stamp
 

@@ -505,8 +505,3 @@ def open_source(inp: InputFile) -> tuple[BinaryIO, Stamp]:
             raise
         raise BadInput(inp.path, None, opening_problem(exc)) from None
     return fh, fh.stamp()
-
-
-def reopened_stamp(fh: BinaryIO) -> Stamp:
-    """The stamp of the file ``open_source`` returned, as it is now (to see a change during a read)."""
-    return fh.stamp()
