@@ -221,6 +221,10 @@ def test_dataloader_workers_refuse_a_folder_rebuilt_after_it_was_opened(builds, 
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
     assert len(list(loader)) == 4  # build A, read by both workers
     build(builds["b"].parent / "src-b", dst, overwrite=True)
-    with pytest.raises(BadShards, match=rf"{dst}: the shard folder changed after it was opened "
-                                        r"\(.*manifest\.json is not the manifest it was opened with\): open it again"):
-        list(loader)
+    batches = iter(loader)
+    try:
+        with pytest.raises(BadShards, match=rf"{dst}: the shard folder changed after it was opened "
+                                            r"\(.*manifest\.json is not the manifest it was opened with\): open it again"):
+            list(batches)
+    finally:  # the other worker may still be starting: stop it now, not when a later test's SIGCHLD arrives
+        batches._shutdown_workers()
